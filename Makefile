@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# ferrdma: an emulated E810-class RoCEv2 RDMA NIC (tools/ferrdma-nic) and its Rust ib_device
+# driver (drivers/infiniband/hw/ferrdma), tested in QEMU VMs with stock rdma-core tools.
+#
+#   make run     boot VMs with ferrdma NICs on one fabric and run the demo
+#   make check   all tests: device-model unit tests, kernel build, KUnit and VM tests
+#
+# Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
+# $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
+
+FERRDMA_CACHE ?= /var/cache/ferrdma
+export FERRDMA_CACHE
+export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
+
+.PHONY: all help sysroot kernel nic run check check-nic check-vm clean-cache
+
+all: kernel nic
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+sysroot:
+	@scripts/sysroot.sh >/dev/null
+
+kernel:
+	@scripts/kernel.sh
+
+nic:
+	@scripts/nic.sh
+
+run: kernel nic
+	@scripts/run-demo.sh
+
+check:
+	@scripts/check.sh
+
+# Parts of `make check`, for quicker iterations.
+check-nic:
+	@cd tools/ferrdma-nic && cargo test
+
+check-vm: kernel nic
+	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
+
+clean-cache:
+	rm -rf $(FERRDMA_CACHE)

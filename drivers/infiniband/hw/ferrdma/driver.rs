@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI driver: probe brings the function up and proves it works, remove undoes it all.
+
+use crate::{
+    interface as hw,
+    regs,
+    selftest::{self, Bar0, Version},
+};
+use kernel::{device::Core, pci, prelude::*};
+
+/// The ferrdma PCI driver.
+pub(crate) struct FerrdmaDriver;
+
+/// Per-function state.
+///
+/// Fields are dropped in declaration order, which is the teardown order: interrupt vectors are
+/// freed before the BAR is unmapped.
+pub(crate) struct FerrdmaData<'bound> {
+    pdev: &'bound pci::Device,
+    _vectors: pci::IrqVectorRegistration<'bound>,
+    _bar: Bar0<'bound>,
+}
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    <FerrdmaDriver as pci::Driver>::IdInfo,
+    [(
+        pci::DeviceId::from_id(pci::Vendor::QEMU_EMULATED, hw::PCI_DEVICE_ID as u32),
+        ()
+    )]
+);
+
+const _: () = assert!(pci::Vendor::QEMU_EMULATED.as_raw() == hw::PCI_VENDOR_ID);
+
+impl pci::Driver for FerrdmaDriver {
+    type IdInfo = ();
+    type Data<'bound> = FerrdmaData<'bound>;
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+
+        let bar: Bar0<'bound> = pdev.iomap_region_sized::<{ hw::BAR0_SIZE }>(
+            hw::BAR0_INDEX,
+            c"ferrdma",
+        )?;
+
+        let id = bar.read(regs::ID).into_raw();
+        if id != hw::DEVICE_ID_MAGIC {
+            dev_err!(pdev, "unexpected device id {:#x} (want {:#x})\n", id, hw::DEVICE_ID_MAGIC);
+            return Err(ENODEV);
+        }
+        let version = Version::decode(bar.read(regs::VERSION).into_raw());
+        if !version.is_supported() {
+            dev_err!(
+                pdev,
+                "unsupported interface version {}.{} (driver speaks {}.x)\n",
+                version.major,
+                version.minor,
+                hw::VERSION_MAJOR
+            );
+            return Err(ENODEV);
+        }
+
+        // The device tells how many vectors it has; trust only a sane number, and need them all.
+        let nvec = bar.read(regs::MSIX_COUNT).into_raw();
+        if nvec == 0 || nvec > hw::MSIX_VECTORS {
+            dev_err!(pdev, "device reports {} MSI-X vectors\n", nvec);
+            return Err(EINVAL);
+        }
+        let vectors = pdev.alloc_irq_vectors(
+            nvec,
+            nvec,
+            pci::IrqTypes::default().with(pci::IrqType::MsiX),
+        )?;
+
+        let delivered = selftest::msix(pdev, &bar, &vectors)?;
+        let copied = selftest::dma_copy(pdev, &bar)?;
+
+        dev_info!(
+            pdev,
+            "probe ok: id {:#x} version {}.{}, {}/{} MSI-X vectors delivered, DMA copy of {} bytes verified\n",
+            id,
+            version.major,
+            version.minor,
+            delivered,
+            nvec,
+            copied
+        );
+
+        Ok(FerrdmaData {
+            pdev,
+            _vectors: vectors,
+            _bar: bar,
+        })
+    }
+}
+
+impl Drop for FerrdmaData<'_> {
+    fn drop(&mut self) {
+        dev_info!(self.pdev, "removed\n");
+    }
+}

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! ferrdma: driver for the ferrdma emulated E810-class RoCEv2 NIC.
+//!
+//! The device is served to QEMU over vfio-user by `tools/ferrdma-nic`; the interface between
+//! the two is defined once, in `interface.rs`, and described in
+//! `Documentation/infiniband/ferrdma/programming-manual.rst`.
+
+mod driver;
+mod interface;
+mod regs;
+mod selftest;
+
+kernel::module_pci_driver! {
+    type: driver::FerrdmaDriver,
+    name: "ferrdma",
+    authors: ["ferrdma developers"],
+    description: "ferrdma emulated E810-class RoCEv2 NIC",
+    license: "GPL v2",
+}

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! BAR0 register definitions.
+//!
+//! `register!` needs literal offsets, so the offsets are written out here and checked at
+//! compile time against the shared definitions in [`crate::interface`].
+
+use crate::interface as hw;
+use kernel::io::{register, register::Register};
+
+register! {
+    /// Device identification: always [`hw::DEVICE_ID_MAGIC`].
+    pub(crate) ID(u32) @ 0x000 {
+        31:0 value;
+    }
+
+    /// Interface version.
+    pub(crate) VERSION(u32) @ 0x004 {
+        31:16 major;
+        15:0 minor;
+    }
+
+    /// Scratch register with no side effects.
+    pub(crate) SCRATCH(u32) @ 0x008 {
+        31:0 value;
+    }
+
+    /// Number of MSI-X vectors the function implements.
+    pub(crate) MSIX_COUNT(u32) @ 0x00c {
+        31:0 count;
+    }
+
+    /// Raises the given MSI-X vector once.
+    pub(crate) TEST_IRQ(u32) @ 0x100 {
+        31:0 vector;
+    }
+
+    /// Result of the last test command, a [`hw::TestStatus`].
+    pub(crate) TEST_STATUS(u32) @ 0x104 {
+        31:0 status;
+    }
+
+    /// Byte count of the DMA copy test.
+    pub(crate) TEST_DMA_LEN(u32) @ 0x108 {
+        31:0 len;
+    }
+
+    /// Source bus address of the DMA copy test, low word.
+    pub(crate) TEST_DMA_SRC_LO(u32) @ 0x110 {
+        31:0 value;
+    }
+
+    /// Source bus address of the DMA copy test, high word.
+    pub(crate) TEST_DMA_SRC_HI(u32) @ 0x114 {
+        31:0 value;
+    }
+
+    /// Destination bus address of the DMA copy test, low word.
+    pub(crate) TEST_DMA_DST_LO(u32) @ 0x118 {
+        31:0 value;
+    }
+
+    /// Destination bus address of the DMA copy test, high word.
+    pub(crate) TEST_DMA_DST_HI(u32) @ 0x11c {
+        31:0 value;
+    }
+
+    /// Starts the DMA copy test.
+    pub(crate) TEST_DMA_CTRL(u32) @ 0x120 {
+        31:0 command;
+    }
+}
+
+// The literal offsets above must match the shared interface definition.
+const _: () = {
+    assert!(<ID as Register>::OFFSET == hw::REG_ID);
+    assert!(<VERSION as Register>::OFFSET == hw::REG_VERSION);
+    assert!(<SCRATCH as Register>::OFFSET == hw::REG_SCRATCH);
+    assert!(<MSIX_COUNT as Register>::OFFSET == hw::REG_MSIX_COUNT);
+    assert!(<TEST_IRQ as Register>::OFFSET == hw::REG_TEST_IRQ);
+    assert!(<TEST_STATUS as Register>::OFFSET == hw::REG_TEST_STATUS);
+    assert!(<TEST_DMA_LEN as Register>::OFFSET == hw::REG_TEST_DMA_LEN);
+    assert!(<TEST_DMA_SRC_LO as Register>::OFFSET == hw::REG_TEST_DMA_SRC);
+    assert!(<TEST_DMA_SRC_HI as Register>::OFFSET == hw::REG_TEST_DMA_SRC + 4);
+    assert!(<TEST_DMA_DST_LO as Register>::OFFSET == hw::REG_TEST_DMA_DST);
+    assert!(<TEST_DMA_DST_HI as Register>::OFFSET == hw::REG_TEST_DMA_DST + 4);
+    assert!(<TEST_DMA_CTRL as Register>::OFFSET == hw::REG_TEST_DMA_CTRL);
+};

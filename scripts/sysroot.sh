@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Build (or reuse) the ferrdma sysroot: Debian trixie + trixie-backports made by mmdebstrap.
+# It holds the kernel toolchain, QEMU and the guest userspace; the same tree is the guests' 9p root.
+#
+# Usage: scripts/sysroot.sh            prints the sysroot path on stdout, building it if needed
+# Env:   FERRDMA_CACHE (default /var/cache/ferrdma), DEBIAN_MIRROR (default http://deb.debian.org/debian)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+need_root
+command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: run 'apt-get update && apt-get install -y mmdebstrap' (or use .ci/run)"
+
+key=$(cat "$here/sysroot-packages.txt" "$here/sysroot.sh" | sha256sum | cut -c1-16)
+root="$FERRDMA_CACHE/sysroot-$key"
+if [ -f "$root/.ferrdma-ready" ]; then
+	echo "$root"
+	exit 0
+fi
+
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+mapfile -t pkgs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/sysroot-packages.txt")
+include=$(IFS=,; echo "${pkgs[*]}")
+
+rm -rf "$root" "$root.tmp"
+mkdir -p "$FERRDMA_CACHE"
+log "sysroot: mmdebstrap trixie + trixie-backports into $root (about a minute or two)"
+mmdebstrap --variant=apt --mode=root --components=main \
+	--include="$include" \
+	--customize-hook='chroot "$1" sh -c "command -v qemu-system-x86_64 >/dev/null"' \
+	--customize-hook='mkdir -p "$1/ferrdma"' \
+	trixie "$root.tmp" \
+	"deb $mirror trixie main" \
+	"deb $mirror trixie-backports main" >&2 \
+	|| die "mmdebstrap failed (see above)"
+
+# QEMU must offer vfio-user-pci: the NIC is a vfio-user server.
+if ! chroot "$root.tmp" qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
+	die "the sysroot's QEMU ($(chroot "$root.tmp" qemu-system-x86_64 --version | head -1)) has no vfio-user-pci device"
+fi
+touch "$root.tmp/.ferrdma-ready"
+mv "$root.tmp" "$root"
+# Drop stale sysroots of older package lists.
+for old in "$FERRDMA_CACHE"/sysroot-*; do
+	[ "$old" = "$root" ] || rm -rf "$old"
+done
+log "sysroot: ready ($(chroot "$root" qemu-system-x86_64 --version | head -1), $(chroot "$root" rustc --version))"
+echo "$root"

@@ -1,0 +1,557 @@
+//! One ferrdma NIC: config space, BAR0, the MSI-X BAR, MSI-X vectors and guest memory,
+//! glued to the vfio-user server's backend interface.
+
+use std::fs::File;
+
+use thiserror::Error;
+use vfio_bindings::bindings::vfio::{
+    VFIO_DMA_UNMAP_FLAG_ALL, VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_PCI_MSI_IRQ_INDEX,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+
+use crate::bar0::{Bar0, Bar0AccessError};
+use crate::config_space::{ConfigAccessError, ConfigSpace};
+use crate::dma::{DmaPerm, DmaSpace, MapRequestError};
+use crate::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
+use crate::msix::{GatedMsix, InterruptSink, MsixError, MsixVectors};
+use crate::msix_bar::{MsixBar, MsixBarAccessError};
+use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_MSIX_BAR};
+
+/// `DMA_MAP` flag: the device may read.
+pub const DMA_MAP_READ: u32 = 1 << 0;
+/// `DMA_MAP` flag: the device may write.
+pub const DMA_MAP_WRITE: u32 = 1 << 1;
+
+/// Why a client request failed.
+#[derive(Debug, Error)]
+pub enum DeviceError {
+    #[error("region {0} is not implemented")]
+    NoSuchRegion(u32),
+    #[error(transparent)]
+    Config(#[from] ConfigAccessError),
+    #[error(transparent)]
+    Bar0(#[from] Bar0AccessError),
+    #[error(transparent)]
+    MsixBar(#[from] MsixBarAccessError),
+    #[error(transparent)]
+    Dma(#[from] MapRequestError),
+    #[error("unsupported DMA_MAP flags {0:#x}")]
+    DmaMapFlags(u32),
+    #[error(transparent)]
+    IrqRequest(#[from] IrqRequestError),
+    #[error(transparent)]
+    Msix(#[from] MsixError),
+    #[error(
+        "SET_IRQS: {action:?} on irq index {index} (start {start}, count {count}) is not supported"
+    )]
+    UnsupportedIrq {
+        index: u32,
+        action: IrqAction,
+        start: u32,
+        count: u32,
+    },
+}
+
+impl From<DeviceError> for std::io::Error {
+    fn from(e: DeviceError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+    }
+}
+
+/// One emulated NIC function.
+#[derive(Debug)]
+pub struct Device {
+    name: String,
+    config: ConfigSpace,
+    bar0: Bar0,
+    msix_bar: MsixBar,
+    vectors: MsixVectors,
+    dma: DmaSpace,
+}
+
+impl Device {
+    /// A device in its reset state with no guest memory and no vectors wired. `name`
+    /// prefixes its log lines.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            config: ConfigSpace::new(),
+            bar0: Bar0::new(),
+            msix_bar: MsixBar::new(),
+            vectors: MsixVectors::new(),
+            dma: DmaSpace::new(),
+        }
+    }
+
+    /// Config space (for inspection).
+    pub fn config(&self) -> &ConfigSpace {
+        &self.config
+    }
+
+    /// Guest memory as currently mapped.
+    pub fn dma(&self) -> &DmaSpace {
+        &self.dma
+    }
+
+    /// MSI-X vectors as currently wired.
+    pub fn vectors(&self) -> &MsixVectors {
+        &self.vectors
+    }
+
+    /// Handles `REGION_READ`.
+    pub fn read_region(
+        &self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), DeviceError> {
+        match region {
+            REGION_CONFIG => self.config.read(offset, data)?,
+            REGION_BAR0 => self.bar0.read(offset, data)?,
+            REGION_MSIX_BAR => self.msix_bar.read(offset, data)?,
+            _ => return Err(DeviceError::NoSuchRegion(region)),
+        }
+        Ok(())
+    }
+
+    /// Handles `REGION_WRITE`.
+    pub fn write_region(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), DeviceError> {
+        match region {
+            REGION_CONFIG => {
+                let was = self.config.msix_enabled();
+                self.config.write(offset, data)?;
+                let now = self.config.msix_enabled();
+                if was != now {
+                    log::debug!(
+                        "{}: MSI-X {}",
+                        self.name,
+                        if now { "enabled" } else { "disabled" }
+                    );
+                }
+            }
+            REGION_BAR0 => {
+                let irq = GatedMsix {
+                    vectors: &self.vectors,
+                    enabled: self.config.msix_enabled(),
+                };
+                self.bar0.write(offset, data, &self.dma, &irq)?;
+            }
+            REGION_MSIX_BAR => self.msix_bar.write(offset, data)?,
+            _ => return Err(DeviceError::NoSuchRegion(region)),
+        }
+        Ok(())
+    }
+
+    /// Handles `DMA_MAP`.
+    pub fn dma_map(
+        &mut self,
+        flags: u32,
+        offset: u64,
+        iova: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), DeviceError> {
+        if flags & !(DMA_MAP_READ | DMA_MAP_WRITE) != 0 {
+            return Err(DeviceError::DmaMapFlags(flags));
+        }
+        let perm = DmaPerm {
+            read: flags & DMA_MAP_READ != 0,
+            write: flags & DMA_MAP_WRITE != 0,
+        };
+        self.dma.map(iova, size, offset, perm, fd.as_ref())?;
+        log::info!(
+            "{}: DMA map iova {iova:#x}+{size:#x} {}{} {}",
+            self.name,
+            if perm.read { "r" } else { "-" },
+            if perm.write { "w" } else { "-" },
+            if fd.is_some() {
+                format!("fd offset {offset:#x}")
+            } else {
+                "without fd (inaccessible)".to_string()
+            }
+        );
+        Ok(())
+    }
+
+    /// Handles `DMA_UNMAP`.
+    pub fn dma_unmap(&mut self, flags: u32, iova: u64, size: u64) -> Result<(), DeviceError> {
+        let bytes = if flags == VFIO_DMA_UNMAP_FLAG_ALL {
+            if iova != 0 || size != 0 {
+                return Err(MapRequestError::UnmapAllRange { iova, size }.into());
+            }
+            self.dma.unmap_all()
+        } else if flags == 0 {
+            self.dma.unmap(iova, size)?
+        } else {
+            return Err(MapRequestError::UnmapFlags(flags).into());
+        };
+        log::info!(
+            "{}: DMA unmap iova {iova:#x}+{size:#x} ({bytes:#x} bytes)",
+            self.name
+        );
+        Ok(())
+    }
+
+    /// Handles `SET_IRQS`.
+    pub fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), DeviceError> {
+        let req = IrqRequest::decode(index, flags, start, count, fds)?;
+        let unsupported = DeviceError::UnsupportedIrq {
+            index,
+            action: req.action,
+            start,
+            count,
+        };
+        match (req.index, req.action, req.data) {
+            (VFIO_PCI_MSIX_IRQ_INDEX, IrqAction::Trigger, IrqData::None) if count == 0 => {
+                self.vectors.clear();
+                log::info!("{}: MSI-X vectors all unwired", self.name);
+            }
+            (VFIO_PCI_MSIX_IRQ_INDEX, IrqAction::Trigger, IrqData::None) => {
+                // Loopback: fire the wired vectors of the range.
+                let end = start
+                    .checked_add(count)
+                    .ok_or(MsixError::Range { start, count })?;
+                for v in start..end {
+                    self.vectors.raise(v)?;
+                }
+            }
+            (VFIO_PCI_MSIX_IRQ_INDEX, IrqAction::Trigger, IrqData::Eventfds(fds)) => {
+                let wiring = !fds.is_empty();
+                self.vectors.set(start, count, fds)?;
+                log::info!(
+                    "{}: MSI-X vectors {start}..{} {}",
+                    self.name,
+                    u64::from(start) + u64::from(count),
+                    if wiring {
+                        "wired to eventfds"
+                    } else {
+                        "unwired"
+                    }
+                );
+            }
+            // Disabling INTx or MSI, which the function does not have, is a no-op.
+            (
+                VFIO_PCI_INTX_IRQ_INDEX | VFIO_PCI_MSI_IRQ_INDEX,
+                IrqAction::Trigger,
+                IrqData::None,
+            ) if count == 0 => {
+                log::debug!(
+                    "{}: irq index {index} disabled (not implemented)",
+                    self.name
+                );
+            }
+            _ => return Err(unsupported),
+        }
+        Ok(())
+    }
+
+    /// Handles `DEVICE_RESET`: registers and config space return to their reset state.
+    /// Guest memory mappings and eventfds are client state and stay.
+    pub fn reset(&mut self) {
+        self.config = ConfigSpace::new();
+        self.bar0 = Bar0::new();
+        self.msix_bar = MsixBar::new();
+        log::info!("{}: reset", self.name);
+    }
+}
+
+impl ServerBackend for Device {
+    fn region_read(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &mut [u8],
+    ) -> Result<(), std::io::Error> {
+        self.read_region(region, offset, data).map_err(|e| {
+            log::debug!("{}: REGION_READ: {e}", self.name);
+            e.into()
+        })
+    }
+
+    fn region_write(
+        &mut self,
+        region: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), std::io::Error> {
+        self.write_region(region, offset, data).map_err(|e| {
+            log::debug!("{}: REGION_WRITE: {e}", self.name);
+            e.into()
+        })
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> Result<(), std::io::Error> {
+        Device::dma_map(self, flags.bits(), offset, address, size, fd).map_err(|e| {
+            log::warn!("{}: DMA_MAP {address:#x}+{size:#x}: {e}", self.name);
+            e.into()
+        })
+    }
+
+    fn dma_unmap(
+        &mut self,
+        flags: DmaUnmapFlags,
+        address: u64,
+        size: u64,
+    ) -> Result<(), std::io::Error> {
+        // The vfio_user crate's named unmap flags do not match the VFIO values QEMU sends,
+        // so only the raw bits are used.
+        Device::dma_unmap(self, flags.bits(), address, size).map_err(|e| {
+            log::warn!("{}: DMA_UNMAP {address:#x}+{size:#x}: {e}", self.name);
+            e.into()
+        })
+    }
+
+    fn reset(&mut self) -> Result<(), std::io::Error> {
+        Device::reset(self);
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> Result<(), std::io::Error> {
+        Device::set_irqs(self, index, flags, start, count, fds).map_err(|e| {
+            log::warn!("{}: SET_IRQS: {e}", self.name);
+            e.into()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config_space::MSIX_CAP_OFFSET;
+    use crate::interface::{
+        TestStatus, MSIX_VECTORS, REG_ID, REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN,
+        REG_TEST_DMA_SRC, REG_TEST_IRQ, REG_TEST_STATUS, TEST_DMA_CTRL_START,
+    };
+    use crate::mapping::test_util::memfd;
+    use crate::msix::test_util::{count, eventfd};
+    use std::os::unix::fs::FileExt;
+    use vfio_bindings::bindings::vfio::{
+        VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
+        VFIO_IRQ_SET_DATA_NONE,
+    };
+
+    const EVENTFD_TRIGGER: u32 = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    const NONE_TRIGGER: u32 = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+
+    fn r32(d: &Device, region: u32, off: usize) -> u32 {
+        let mut b = [0u8; 4];
+        d.read_region(region, off as u64, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    }
+
+    fn w32(d: &mut Device, region: u32, off: usize, v: u32) {
+        d.write_region(region, off as u64, &v.to_le_bytes())
+            .unwrap();
+    }
+
+    fn enable_msix(d: &mut Device) {
+        d.write_region(REGION_CONFIG, MSIX_CAP_OFFSET as u64 + 3, &[0x80])
+            .unwrap();
+    }
+
+    #[test]
+    fn regions_route_to_their_models() {
+        let mut d = Device::new("t");
+        assert_eq!(r32(&d, REGION_CONFIG, 0), 0xfe10_1234);
+        assert_eq!(r32(&d, REGION_BAR0, REG_ID), 0x4652_444d);
+        let mut b = [0u8; 4];
+        for region in [1, 2, 3, 5, 6, 8, 9, u32::MAX] {
+            assert!(matches!(
+                d.read_region(region, 0, &mut b),
+                Err(DeviceError::NoSuchRegion(_))
+            ));
+            assert!(d.write_region(region, 0, &b).is_err());
+        }
+        assert!(d.read_region(REGION_CONFIG, 256, &mut b).is_err());
+        assert!(d.read_region(REGION_MSIX_BAR, 0x1000, &mut b).is_err());
+        // io::Error conversion for the client.
+        let e: std::io::Error = DeviceError::NoSuchRegion(3).into();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn test_irq_end_to_end() {
+        let mut d = Device::new("t");
+        let e = eventfd();
+        d.set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            EVENTFD_TRIGGER,
+            2,
+            1,
+            vec![e.try_clone().unwrap()],
+        )
+        .unwrap();
+        // MSI-X not yet enabled in config space.
+        w32(&mut d, REGION_BAR0, REG_TEST_IRQ, 2);
+        assert_eq!(
+            r32(&d, REGION_BAR0, REG_TEST_STATUS),
+            TestStatus::BadVector as u32
+        );
+        assert_eq!(count(&e), 0);
+        enable_msix(&mut d);
+        w32(&mut d, REGION_BAR0, REG_TEST_IRQ, 2);
+        assert_eq!(r32(&d, REGION_BAR0, REG_TEST_STATUS), TestStatus::Ok as u32);
+        assert_eq!(count(&e), 1);
+        // Unwire by sending no fds for the range; then disable all.
+        d.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, EVENTFD_TRIGGER, 2, 1, vec![])
+            .unwrap();
+        assert!(!d.vectors().is_wired(2));
+        d.set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            EVENTFD_TRIGGER,
+            0,
+            1,
+            vec![eventfd()],
+        )
+        .unwrap();
+        d.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, NONE_TRIGGER, 0, 0, vec![])
+            .unwrap();
+        assert!(!d.vectors().is_wired(0));
+    }
+
+    #[test]
+    fn set_irqs_refusals() {
+        let mut d = Device::new("t");
+        assert!(d
+            .set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                EVENTFD_TRIGGER,
+                MSIX_VECTORS,
+                1,
+                vec![eventfd()]
+            )
+            .is_err());
+        assert!(d
+            .set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                EVENTFD_TRIGGER,
+                u32::MAX,
+                2,
+                vec![]
+            )
+            .is_err());
+        assert!(d
+            .set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_MASK,
+                0,
+                1,
+                vec![]
+            )
+            .is_err());
+        assert!(d
+            .set_irqs(
+                VFIO_PCI_INTX_IRQ_INDEX,
+                EVENTFD_TRIGGER,
+                0,
+                1,
+                vec![eventfd()]
+            )
+            .is_err());
+        assert!(d
+            .set_irqs(VFIO_PCI_INTX_IRQ_INDEX, NONE_TRIGGER, 0, 0, vec![])
+            .is_ok());
+        assert!(d.set_irqs(7, NONE_TRIGGER, 0, 0, vec![]).is_err());
+        // Loopback trigger of an unwired vector fails; of a wired one fires it.
+        assert!(d
+            .set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, NONE_TRIGGER, 0, 1, vec![])
+            .is_err());
+        let e = eventfd();
+        d.set_irqs(
+            VFIO_PCI_MSIX_IRQ_INDEX,
+            EVENTFD_TRIGGER,
+            0,
+            1,
+            vec![e.try_clone().unwrap()],
+        )
+        .unwrap();
+        d.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, NONE_TRIGGER, 0, 1, vec![])
+            .unwrap();
+        assert_eq!(count(&e), 1);
+    }
+
+    #[test]
+    fn dma_map_unmap_and_copy() {
+        let mut d = Device::new("t");
+        let f = memfd(0x4000);
+        d.dma_map(
+            DMA_MAP_READ | DMA_MAP_WRITE,
+            0x1000,
+            0x8000_0000,
+            0x2000,
+            Some(f.try_clone().unwrap()),
+        )
+        .unwrap();
+        assert!(
+            d.dma_map(4, 0, 0x9000_0000, 0x1000, None).is_err(),
+            "unknown flag"
+        );
+        f.write_all_at(b"ferrdma!", 0x1000).unwrap();
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC, 0x8000_0000);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC + 4, 0);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_DST, 0x8000_1000);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_DST + 4, 0);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_LEN, 8);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_CTRL, TEST_DMA_CTRL_START);
+        assert_eq!(r32(&d, REGION_BAR0, REG_TEST_STATUS), TestStatus::Ok as u32);
+        let mut out = [0u8; 8];
+        f.read_exact_at(&mut out, 0x2000).unwrap();
+        assert_eq!(&out, b"ferrdma!");
+        // After unmap the same copy faults.
+        d.dma_unmap(0, 0x8000_0000, 0x2000).unwrap();
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_CTRL, TEST_DMA_CTRL_START);
+        assert_eq!(
+            r32(&d, REGION_BAR0, REG_TEST_STATUS),
+            TestStatus::DmaFault as u32
+        );
+        // Unmap-all semantics.
+        d.dma_map(DMA_MAP_READ, 0, 0x1000, 0x1000, None).unwrap();
+        assert!(d.dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0x1000, 0).is_err());
+        assert!(d.dma_unmap(1, 0x1000, 0x1000).is_err());
+        d.dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0, 0).unwrap();
+        assert!(d.dma().is_empty());
+    }
+
+    #[test]
+    fn reset_restores_registers_and_config() {
+        let mut d = Device::new("t");
+        w32(&mut d, REGION_BAR0, crate::interface::REG_SCRATCH, 42);
+        w32(&mut d, REGION_CONFIG, 4, 0x6);
+        enable_msix(&mut d);
+        let e = eventfd();
+        d.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, EVENTFD_TRIGGER, 0, 1, vec![e])
+            .unwrap();
+        d.reset();
+        assert_eq!(r32(&d, REGION_BAR0, crate::interface::REG_SCRATCH), 0);
+        assert_eq!(r32(&d, REGION_CONFIG, 4) & 0xffff, 0);
+        assert!(!d.config().msix_enabled());
+        assert!(d.vectors().is_wired(0), "eventfds are client state");
+    }
+}

@@ -1,0 +1,21 @@
+//! ferrdma-nic: the ferrdma RoCEv2 RDMA NIC as a vfio-user device server.
+//!
+//! QEMU attaches a device with `-device vfio-user-pci,socket=...`; each socket this process
+//! serves is one NIC function. See `README.md` for the module map.
+
+#[path = "../../../drivers/infiniband/hw/ferrdma/interface.rs"]
+pub mod interface;
+
+pub mod bar0;
+pub mod config_space;
+pub mod device;
+pub mod dma;
+pub mod irq_request;
+pub mod mapping;
+pub mod msix;
+pub mod msix_bar;
+pub mod server;
+pub mod vfio_layout;
+
+#[cfg(test)]
+mod proptests;

@@ -1,0 +1,125 @@
+//! `ferrdma-nic`: serve one emulated ferrdma NIC per vfio-user socket.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use clap::Parser;
+use log::LevelFilter;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use ferrdma_nic::server::{bind, serve, ServeError, SocketFile};
+
+/// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Unix socket to serve one NIC on; repeat for more NICs (one thread each).
+    /// Attach with: -device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":PATH}}'
+    #[arg(long = "socket", value_name = "PATH", required = true)]
+    sockets: Vec<PathBuf>,
+
+    /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: LevelFilter,
+}
+
+enum Event {
+    Signal(i32),
+    Done(usize, Result<(), ServeError>),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    env_logger::Builder::new()
+        .filter_level(cli.log_level)
+        .parse_default_env()
+        .init();
+
+    let mut seen = HashSet::new();
+    for s in &cli.sockets {
+        if !seen.insert(s) {
+            log::error!("{}: given twice", s.display());
+            return ExitCode::FAILURE;
+        }
+    }
+
+    // Bind every socket before serving any, so a bad path fails the whole start-up
+    // (already bound sockets are removed as their SocketFiles drop).
+    let mut bound = Vec::new();
+    for path in &cli.sockets {
+        match bind(path) {
+            Ok((listener, file)) => bound.push((listener, Arc::new(file))),
+            Err(e) => {
+                log::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let files: Vec<Arc<SocketFile>> = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
+
+    let (tx, rx) = mpsc::channel();
+    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("installing signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let sig_tx = tx.clone();
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = sig_tx.send(Event::Signal(sig));
+        }
+    });
+
+    for (i, (listener, file)) in bound.into_iter().enumerate() {
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("nic{i}"))
+            .spawn(move || {
+                let r = serve(listener, &file);
+                let _ = tx.send(Event::Done(i, r));
+            });
+        if let Err(e) = spawned {
+            log::error!("spawning the thread for NIC {i}: {e}");
+            files.iter().for_each(|f| f.remove());
+            return ExitCode::FAILURE;
+        }
+    }
+    drop(tx);
+
+    let mut remaining = files.len();
+    let mut failed = false;
+    while remaining > 0 {
+        match rx.recv() {
+            Ok(Event::Signal(sig)) => {
+                log::info!("signal {sig}: shutting down");
+                files.iter().for_each(|f| f.remove());
+                // Serving threads may be blocked in accept/recv; exiting ends them.
+                return if failed {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            Ok(Event::Done(i, r)) => {
+                remaining -= 1;
+                if let Err(e) = r {
+                    failed = true;
+                    let path = files.get(i).map(|f| f.path().display().to_string());
+                    log::error!("NIC {i} ({}): {e}", path.unwrap_or_default());
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

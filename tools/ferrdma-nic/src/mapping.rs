@@ -1,0 +1,283 @@
+//! One `mmap` of a file descriptor the client handed us, with bounds-checked byte copies.
+//!
+//! This is the only place that dereferences pointers into guest memory. Every access goes
+//! through [`Mapping::read_at`] / [`Mapping::write_at`], which check `offset + len <= len()`
+//! with overflow-checked arithmetic before touching memory.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+use thiserror::Error;
+
+/// Why a mapping could not be created.
+#[derive(Debug, Error)]
+pub enum MapError {
+    #[error("mapping of zero bytes")]
+    Empty,
+    #[error("file offset {offset:#x} + size {size:#x} overflows")]
+    Overflow { offset: u64, size: u64 },
+    #[error(
+        "file range {offset:#x}+{size:#x} lies beyond the end of the file ({file_size:#x} bytes)"
+    )]
+    BeyondFile {
+        offset: u64,
+        size: u64,
+        file_size: u64,
+    },
+    #[error("size {0:#x} does not fit in this address space")]
+    TooLarge(u64),
+    #[error("fstat of the DMA fd failed: {0}")]
+    Stat(#[source] std::io::Error),
+    #[error("mmap failed: {0}")]
+    Mmap(#[source] std::io::Error),
+}
+
+/// Why an access to a mapping was refused.
+#[derive(Debug, Error, PartialEq, Eq, Clone, Copy)]
+pub enum AccessError {
+    #[error("access {offset:#x}+{len:#x} outside mapping of {size:#x} bytes")]
+    OutOfBounds { offset: u64, len: u64, size: u64 },
+    #[error("write to a read-only mapping")]
+    ReadOnly,
+}
+
+/// A shared mapping of `size` bytes of a file starting at a (not necessarily page-aligned)
+/// file offset. Unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    /// Start of the whole mmap (page aligned).
+    base: NonNull<u8>,
+    /// Length of the whole mmap, including the alignment slack before `offset`.
+    map_len: usize,
+    /// Bytes between `base` and the first byte of the requested range.
+    slack: usize,
+    /// Usable size in bytes.
+    size: usize,
+    writable: bool,
+}
+
+// SAFETY: the mapping is owned exclusively by this value; the raw pointer is only used to
+// copy bytes in and out under bounds checks, which is sound from any thread.
+unsafe impl Send for Mapping {}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v <= 0 {
+        4096
+    } else {
+        v as u64
+    }
+}
+
+impl Mapping {
+    /// Maps `size` bytes of `file` starting at `offset`. `writable` selects `PROT_WRITE`.
+    ///
+    /// For regular files (memfd included) the range must lie inside the file, so later
+    /// accesses cannot fault with `SIGBUS` unless the client shrinks the file afterwards.
+    pub fn new(file: &File, offset: u64, size: u64, writable: bool) -> Result<Self, MapError> {
+        if size == 0 {
+            return Err(MapError::Empty);
+        }
+        let end = offset
+            .checked_add(size)
+            .ok_or(MapError::Overflow { offset, size })?;
+        let meta = file.metadata().map_err(MapError::Stat)?;
+        if meta.file_type().is_file() && end > meta.len() {
+            return Err(MapError::BeyondFile {
+                offset,
+                size,
+                file_size: meta.len(),
+            });
+        }
+        let page = page_size();
+        let slack = offset % page;
+        let map_offset = offset - slack;
+        let map_len = size
+            .checked_add(slack)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or(MapError::TooLarge(size))?;
+        let size_usize = usize::try_from(size).map_err(|_| MapError::TooLarge(size))?;
+        let file_offset =
+            libc::off_t::try_from(map_offset).map_err(|_| MapError::Overflow { offset, size })?;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping at an address chosen by the kernel; it aliases no
+        // Rust object. All arguments were validated above.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                file_offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(MapError::Mmap(std::io::Error::last_os_error()));
+        }
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| MapError::Mmap(std::io::Error::other("mmap returned NULL")))?;
+        Ok(Self {
+            base,
+            map_len,
+            slack: slack as usize,
+            size: size_usize,
+            writable,
+        })
+    }
+
+    /// Usable size in bytes.
+    pub fn len(&self) -> u64 {
+        self.size as u64
+    }
+
+    /// Whether the mapping is empty (never true: empty mappings are refused).
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Whether the mapping was created writable.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<usize, AccessError> {
+        let oob = AccessError::OutOfBounds {
+            offset,
+            len: len as u64,
+            size: self.size as u64,
+        };
+        let start = usize::try_from(offset).map_err(|_| oob)?;
+        let end = start.checked_add(len).ok_or(oob)?;
+        if end > self.size {
+            return Err(oob);
+        }
+        Ok(start)
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the mapping.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), AccessError> {
+        let start = self.check(offset, buf.len())?;
+        // SAFETY: `slack + start + buf.len() <= slack + size <= map_len` (checked above), so
+        // the source lies inside our live mapping; `buf` is a distinct Rust buffer.
+        unsafe {
+            let src = self.base.as_ptr().add(self.slack + start);
+            std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len());
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the mapping at `offset`. A read-only mapping refuses the write
+    /// rather than faulting.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        let start = self.check(offset, data.len())?;
+        if !self.writable {
+            return Err(AccessError::ReadOnly);
+        }
+        // SAFETY: bounds checked as in `read_at`; the mapping is PROT_WRITE.
+        unsafe {
+            let dst = self.base.as_ptr().add(self.slack + start);
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`map_len` are exactly what mmap returned and nothing else unmaps it.
+        let rc = unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
+        if rc != 0 {
+            log::warn!("munmap failed: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use std::ffi::CString;
+    use std::fs::File;
+    use std::os::fd::FromRawFd;
+
+    /// Creates a memfd of `size` bytes (zero-filled) for tests.
+    pub fn memfd(size: u64) -> File {
+        let name = CString::new("ferrdma-test").expect("static name");
+        // SAFETY: memfd_create with a valid C string; the returned fd is owned by the File.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: fd is a fresh, owned descriptor.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(size).expect("set_len");
+        file
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::memfd;
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn reads_and_writes_through_to_the_file() {
+        let f = memfd(8192);
+        f.write_all_at(b"hello", 4096 + 10).unwrap();
+        let m = Mapping::new(&f, 4096, 4096, true).unwrap();
+        let mut buf = [0u8; 5];
+        m.read_at(10, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello");
+        m.write_at(4091, b"WORLD").unwrap();
+        let mut back = [0u8; 5];
+        f.read_exact_at(&mut back, 4096 + 4091).unwrap();
+        assert_eq!(&back, b"WORLD");
+    }
+
+    #[test]
+    fn unaligned_file_offset_is_honoured() {
+        let f = memfd(8192);
+        f.write_all_at(b"xyz", 100).unwrap();
+        let m = Mapping::new(&f, 100, 50, false).unwrap();
+        let mut buf = [0u8; 3];
+        m.read_at(0, &mut buf).unwrap();
+        assert_eq!(&buf, b"xyz");
+        assert!(
+            m.write_at(0, b"a").is_err(),
+            "read-only mapping must refuse writes"
+        );
+    }
+
+    #[test]
+    fn bounds_are_enforced() {
+        let f = memfd(4096);
+        let m = Mapping::new(&f, 0, 4096, true).unwrap();
+        let mut buf = [0u8; 2];
+        assert!(m.read_at(4095, &mut buf).is_err());
+        assert!(m.read_at(u64::MAX, &mut buf).is_err());
+        assert!(
+            m.write_at(4096, &[]).is_ok(),
+            "empty access at the end is in bounds"
+        );
+        assert!(m.write_at(4097, &[]).is_err());
+        assert!(m.read_at(4094, &mut buf).is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_ranges() {
+        let f = memfd(4096);
+        assert!(matches!(Mapping::new(&f, 0, 0, true), Err(MapError::Empty)));
+        assert!(matches!(
+            Mapping::new(&f, 0, 8192, true),
+            Err(MapError::BeyondFile { .. })
+        ));
+        assert!(matches!(
+            Mapping::new(&f, u64::MAX, 2, true),
+            Err(MapError::Overflow { .. })
+        ));
+    }
+}

@@ -1,0 +1,274 @@
+//! Serving one device on one Unix socket with the `vfio_user` crate's server.
+//!
+//! The listening socket is bound here (not by the crate) so that a stale socket file left
+//! by a killed run can be replaced, and so that removal of the socket file is under our
+//! control: [`SocketFile`] removes it exactly once, and only if the path still names the
+//! socket we created. The crate serves a single client connection and returns when the
+//! client disconnects.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::UnixListener;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use thiserror::Error;
+use vfio_user::Server;
+
+use crate::device::Device;
+use crate::vfio_layout::{irq_infos, server_regions};
+
+/// Why serving failed.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("{0}: exists and is not a socket")]
+    NotASocket(PathBuf),
+    #[error("{0}: in use (a process listens on it), or its state is unknown")]
+    InUse(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("vfio-user: {0}")]
+    Protocol(#[from] vfio_user::Error),
+    #[error("the vfio-user server panicked: {0}")]
+    Panicked(String),
+}
+
+/// A socket file we created; removed on [`SocketFile::remove`] or drop.
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    /// (device, inode) of the socket we bound, `None` once removed. Together with the file
+    /// type this tells our socket from whatever replaced it.
+    identity: Mutex<Option<(u64, u64)>>,
+}
+
+impl SocketFile {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the socket file if it is still ours. Idempotent; safe from any thread.
+    pub fn remove(&self) {
+        let mut guard = match self.identity.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let Some(id) = guard.take() else { return };
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.file_type().is_socket() && (m.dev(), m.ino()) == id => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    log::warn!("{}: removing socket: {e}", self.path.display());
+                }
+            }
+            Ok(_) => log::warn!(
+                "{}: replaced by someone else, not removing it",
+                self.path.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("{}: {e}", self.path.display()),
+        }
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// `__SO_ACCEPTCON` in the flags column of `/proc/net/unix`: the socket is listening.
+const SO_ACCEPTCON: u32 = 1 << 16;
+
+/// Whether some process is listening on a Unix socket bound at `path`, per
+/// `/proc/net/unix` (of this network namespace). `None` if that cannot be read.
+///
+/// Connecting to find out would be wrong: a vfio-user server serves the first client that
+/// connects, so a probe would take the live server's only connection and end it.
+fn is_listening(path: &Path) -> Option<bool> {
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let given = path.as_os_str().to_string_lossy().into_owned();
+    let absolute = std::path::absolute(path)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| given.clone());
+    Some(table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(flags), Some(bound)) = (fields.get(3), fields.get(7..)) else {
+            return false;
+        };
+        let listening = u32::from_str_radix(flags, 16).is_ok_and(|f| f & SO_ACCEPTCON != 0);
+        let bound = bound.join(" ");
+        listening && (bound == given || bound == absolute)
+    }))
+}
+
+/// Binds a listening socket at `path`, replacing a stale socket file nobody listens on.
+pub fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ServeError> {
+    let io = |source| ServeError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match is_listening(path) {
+            Some(false) => {
+                log::info!("{}: removing stale socket", path.display());
+                std::fs::remove_file(path).map_err(io)?;
+            }
+            Some(true) | None => return Err(ServeError::InUse(path.to_path_buf())),
+        },
+        Ok(_) => return Err(ServeError::NotASocket(path.to_path_buf())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    let m = std::fs::symlink_metadata(path).map_err(io)?;
+    Ok((
+        listener,
+        SocketFile {
+            path: path.to_path_buf(),
+            identity: Mutex::new(Some((m.dev(), m.ino()))),
+        },
+    ))
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
+/// Serves one NIC to the first client that connects, until it disconnects.
+///
+/// A panic inside the protocol library (it has `unwrap`s on malformed messages) ends this
+/// connection with an error instead of taking the process down.
+pub fn serve(listener: UnixListener, socket: &SocketFile) -> Result<(), ServeError> {
+    let name = socket.path().display().to_string();
+    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
+    let mut device = Device::new(name.clone());
+    log::info!("{name}: waiting for a vfio-user client");
+    let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut device)));
+    // Stop accepting and unlink the socket before reporting.
+    drop(server);
+    socket.remove();
+    match outcome {
+        Ok(Ok(())) => {
+            log::info!("{name}: client disconnected");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e.into()),
+        Err(p) => Err(ServeError::Panicked(panic_message(p.as_ref()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// A private directory for one test, removed when dropped.
+    struct TmpDir(PathBuf);
+
+    impl TmpDir {
+        fn new(test: &str) -> Self {
+            let dir = std::env::temp_dir()
+                .join(format!("ferrdma-nic-test-{}-{test}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn path(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for TmpDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn bind_replaces_stale_socket_and_refuses_live_ones() {
+        let dir = TmpDir::new("stale.sock");
+        let path = dir.path("stale.sock");
+        {
+            // A listener that goes away without removing its file leaves a stale socket.
+            let _l = UnixListener::bind(&path).unwrap();
+        }
+        assert!(path.exists());
+        let (listener, file) = bind(&path).unwrap();
+        assert_eq!(is_listening(&path), Some(true));
+        assert!(matches!(bind(&path), Err(ServeError::InUse(_))));
+        // The refused attempt did not connect: the listener has no pending client.
+        listener.set_nonblocking(true).unwrap();
+        assert!(listener.accept().is_err());
+        drop(listener);
+        assert_eq!(is_listening(&path), Some(false));
+        file.remove();
+        assert!(!path.exists());
+        file.remove();
+    }
+
+    #[test]
+    fn bind_refuses_non_sockets_and_remove_spares_foreign_files() {
+        let dir = TmpDir::new("plain");
+        let path = dir.path("plain");
+        std::fs::write(&path, b"x").unwrap();
+        assert!(matches!(bind(&path), Err(ServeError::NotASocket(_))));
+        std::fs::remove_file(&path).unwrap();
+
+        let (listener, file) = bind(&path).unwrap();
+        drop(listener);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"someone else's").unwrap();
+        file.remove();
+        assert!(
+            path.exists(),
+            "a file that replaced our socket must survive"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn serve_ends_when_the_client_disconnects() {
+        let dir = TmpDir::new("serve.sock");
+        let path = dir.path("serve.sock");
+        let (listener, file) = bind(&path).unwrap();
+        let t = std::thread::spawn(move || serve(listener, &file));
+        let c = UnixStream::connect(&path).unwrap();
+        drop(c);
+        t.join().unwrap().unwrap();
+        assert!(!path.exists(), "socket file is removed when serving ends");
+    }
+
+    #[test]
+    fn serve_survives_a_malformed_version_message() {
+        use std::io::Write;
+        let dir = TmpDir::new("malformed.sock");
+        let path = dir.path("malformed.sock");
+        let (listener, file) = bind(&path).unwrap();
+        let t = std::thread::spawn(move || serve(listener, &file));
+        let mut c = UnixStream::connect(&path).unwrap();
+        // VERSION header claiming a total size smaller than the header itself.
+        let mut hdr = Vec::new();
+        hdr.extend_from_slice(&0u16.to_le_bytes()); // id
+        hdr.extend_from_slice(&1u16.to_le_bytes()); // VERSION
+        hdr.extend_from_slice(&4u32.to_le_bytes()); // size
+        hdr.extend_from_slice(&0u32.to_le_bytes()); // flags
+        hdr.extend_from_slice(&0u32.to_le_bytes()); // error
+        hdr.extend_from_slice(&[0u8; 4]); // major/minor
+        let _ = c.write_all(&hdr);
+        let r = t.join().expect("serve must not propagate a panic");
+        assert!(r.is_err());
+        drop(c);
+    }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""A barrier between the VMs of one ferrdma-vm run, over TCP on the LAN.
+
+    barrier.py NAME [SECONDS]
+
+Returns (exit 0) once every VM of the run has called `barrier.py NAME`; exits 1 if that has
+not happened within SECONDS (default 120). Node 1 coordinates: it listens on TCP port 7700
+and answers "go NAME" to every other node once all of them have sent "NAME <node>". The other
+nodes connect to node 1 ($FERRDMA_PEER_IP in a 2-VM run), retrying while it is not yet
+listening. With one VM it returns at once. Barriers must be passed in the same order on
+every node; a node that arrives at a different NAME makes both sides fail.
+"""
+
+import os
+import socket
+import sys
+import time
+
+PORT = 7700
+
+
+def log(msg: str) -> None:
+    print(f"barrier: {msg}", file=sys.stderr)
+
+
+def coordinate(name: str, others: int, deadline: float) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("0.0.0.0", PORT))
+        srv.listen(8)
+        arrived = []
+        try:
+            while len(arrived) < others:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log(f"{name}: {len(arrived)} of {others} peers arrived in time")
+                    return False
+                srv.settimeout(left)
+                try:
+                    conn, peer = srv.accept()
+                except socket.timeout:
+                    continue
+                conn.settimeout(max(deadline - time.monotonic(), 0.1))
+                try:
+                    msg = conn.makefile().readline().split()
+                except OSError:
+                    conn.close()
+                    continue
+                if not msg or msg[0] != name:
+                    log(f"{name}: {peer[0]} arrived at barrier {msg[0] if msg else '?'} instead")
+                    conn.sendall(f"mismatch {name}\n".encode())
+                    conn.close()
+                    return False
+                arrived.append(conn)
+            for conn in arrived:
+                conn.sendall(f"go {name}\n".encode())
+            return True
+        finally:
+            for conn in arrived:
+                conn.close()
+
+
+def join(name: str, node: str, coordinator: str, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((coordinator, PORT), timeout=2) as conn:
+                conn.sendall(f"{name} {node}\n".encode())
+                conn.settimeout(max(deadline - time.monotonic(), 0.1))
+                reply = conn.makefile().readline().split()
+                if reply == ["go", name]:
+                    return True
+                if reply:
+                    log(f"{name}: coordinator answered {' '.join(reply)}")
+                    return False
+        except OSError:
+            pass  # not listening yet, or the link is not up yet
+        time.sleep(0.2)
+    log(f"{name}: node 1 ({coordinator}) did not release the barrier in time")
+    return False
+
+
+def main() -> int:
+    if len(sys.argv) not in (2, 3):
+        print(__doc__, file=sys.stderr)
+        return 2
+    name = sys.argv[1]
+    deadline = time.monotonic() + (float(sys.argv[2]) if len(sys.argv) == 3 else 120.0)
+    nvms = int(os.environ.get("FERRDMA_NVMS", "1"))
+    node = os.environ.get("FERRDMA_NODE", "1")
+    if nvms <= 1:
+        return 0
+    if node == "1":
+        ok = coordinate(name, nvms - 1, deadline)
+    else:
+        ok = join(name, node, os.environ["FERRDMA_PEER_IP"], deadline)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Kernel splat scanner for ferrdma's VM tests.
+
+A *splat* is any kernel log line that shows the kernel (or a user program it runs) went wrong:
+an oops, BUG, WARNING, panic, lockdep or RCU report, sanitizer report, kmemleak report, stall,
+Rust panic or stray backtrace. A test run is clean only if its guest console and dmesg contain
+none. The scanner works on plain text, so it reads both the serial console log and the `dmesg`
+dump, with or without printk timestamps.
+
+What is matched (case-sensitive; see PATTERNS for the exact expressions):
+
+  * oops, ``BUG:`` (includes ``BUG: KASAN``, ``BUG: sleeping function called from invalid
+    context``, soft lockups, NULL dereferences), ``kernel BUG at``, SLUB's ``BUG <cache> (...)``
+  * ``WARNING:`` (WARN_ON and the lockdep/RCU reports that start with it)
+  * ``Kernel panic``, ``general protection fault``, ``Unable to handle kernel``
+  * lockdep: ``possible recursive locking``, ``circular locking dependency``, ``inconsistent
+    lock state``, ``possible irq lock inversion``, ``suspicious RCU usage``, ``INFO: trying to
+    register non-static key``
+  * KASAN, UBSAN, KFENCE and KCSAN reports
+  * ``kmemleak: N new suspected memory leaks`` with N > 0
+  * hung tasks, RCU stalls, workqueue lockups
+  * ``Call Trace:`` (a backtrace without one of the above is still a bug), except inside KUnit's
+    own output: KTAP diagnostic lines (``# ...``) are not scanned for it
+  * Rust panics: ``rust_panic``, ``panicked at``
+  * user programs killed by a fault: ``segfault at``, ``trap invalid opcode``
+
+Lines that are never splats: the ``Kernel command line:`` echo (it repeats whatever the harness
+passed) and lines matching ALLOWED (known-benign messages; keep that list short and justified).
+
+A test that *provokes* a splat on purpose (fault injection, say) brackets it with the lines
+``ferrdma-test: expected splat begin`` and ``ferrdma-test: expected splat end`` written to
+/dev/kmsg; matches between them are reported as expected and do not fail the run.
+
+Usage as a program: ``python3 splat.py FILE...`` prints the splats and exits 1 if there are any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from typing import Iterable
+
+# printk's "[    1.234567] " prefix, and the optional caller id "[T123]"/"[C1]" after it.
+_TIMESTAMP = re.compile(r"^\s*\[\s*\d+\.\d+\]\s?(?:\[\s*[TC]\d+\]\s?)?")
+
+# (kind, regex). Order matters only for the kind reported when a line matches several.
+PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (kind, re.compile(rx))
+    for kind, rx in [
+        ("kasan", r"\bBUG: KASAN\b|\bKASAN: "),
+        ("sleep-in-atomic", r"\bBUG: sleeping function called from invalid context"),
+        ("bug", r"\bBUG: "),
+        ("bug", r"\bkernel BUG at\b"),
+        ("bug", r"^BUG [\w.:-]+ \((?:Not tainted|Tainted)"),  # SLUB debug reports
+        ("oops", r"\bOops\b"),
+        ("panic", r"\bKernel panic\b"),
+        ("gpf", r"\bgeneral protection fault\b"),
+        ("oops", r"\bUnable to handle (?:kernel|page fault)"),
+        ("lockdep", r"possible recursive locking"),
+        ("lockdep", r"circular locking dependency"),
+        ("lockdep", r"inconsistent lock state"),
+        ("lockdep", r"possible irq lock inversion"),
+        ("lockdep", r"INFO: trying to register non-static key"),
+        ("rcu", r"suspicious RCU usage"),
+        ("warning", r"\bWARNING: "),
+        ("ubsan", r"\bUBSAN: "),
+        ("kfence", r"\bBUG: KFENCE\b|\bKFENCE: "),
+        ("kcsan", r"\bBUG: KCSAN\b"),
+        ("kmemleak", r"\bkmemleak: [1-9]\d* new suspected memory leaks?\b"),
+        ("hung-task", r"\bINFO: task .* blocked for more than\b"),
+        ("rcu-stall", r"\brcu: INFO: .*detected stalls?\b|\bself-detected stall\b"),
+        ("lockup", r"\bworkqueue lockup\b|\bsoft lockup\b|\bhard LOCKUP\b"),
+        ("rust-panic", r"\brust_panic\b|\bpanicked at\b"),
+        ("user-fault", r"\bsegfault at\b|\btrap invalid opcode\b"),
+        ("call-trace", r"\bCall Trace:"),
+    ]
+]
+
+# Known-benign lines that would otherwise match. Each entry needs a reason.
+ALLOWED: list[re.Pattern[str]] = [
+    # printk's own echo of the kernel command line can contain anything the harness passed.
+    re.compile(r"^(?:Kernel c|C)ommand line: "),
+    # The harness's splat self-test writes these words to /dev/kmsg *inside a marker region*;
+    # nothing else needs allowing yet.
+]
+
+EXPECT_BEGIN = "ferrdma-test: expected splat begin"
+EXPECT_END = "ferrdma-test: expected splat end"
+
+# KTAP diagnostic lines ("# ...", possibly indented): KUnit's output, where a printed backtrace
+# is part of a test's expected output.
+_KTAP_DIAG = re.compile(r"^\s*# ")
+
+
+@dataclasses.dataclass(frozen=True)
+class Splat:
+    """One matching line."""
+
+    kind: str  # e.g. "warning", "lockdep", "kmemleak"
+    line: str  # the line without its printk timestamp
+    source: str = ""  # where it came from, e.g. "vm1.console"
+    lineno: int = 0  # 1-based line number in the source
+    expected: bool = False  # inside an expected-splat marker region
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.lineno}: " if self.source else ""
+        tag = "expected " if self.expected else ""
+        return f"{where}{tag}{self.kind}: {self.line}"
+
+
+def strip_timestamp(line: str) -> str:
+    """Returns `line` without printk's "[    1.234567] " prefix (and trailing whitespace)."""
+    return _TIMESTAMP.sub("", line, count=1).rstrip()
+
+
+def classify(line: str) -> str | None:
+    """Returns the splat kind of one (timestamp-stripped) line, or None if it is clean."""
+    if any(rx.search(line) for rx in ALLOWED):
+        return None
+    for kind, rx in PATTERNS:
+        if rx.search(line):
+            if kind == "call-trace" and _KTAP_DIAG.match(line):
+                continue
+            return kind
+    return None
+
+
+def scan_lines(lines: Iterable[str], source: str = "") -> list[Splat]:
+    """Scans lines of a kernel log; returns every splat line, in order."""
+    found = []
+    expecting = False
+    for lineno, raw in enumerate(lines, 1):
+        line = strip_timestamp(raw)
+        if EXPECT_BEGIN in line:
+            expecting = True
+            continue
+        if EXPECT_END in line:
+            expecting = False
+            continue
+        kind = classify(line)
+        if kind is not None:
+            found.append(Splat(kind, line, source, lineno, expecting))
+    return found
+
+
+def scan_text(text: str, source: str = "") -> list[Splat]:
+    """Scans a whole log held in a string."""
+    return scan_lines(text.splitlines(), source)
+
+
+def scan_file(path: str, source: str | None = None) -> list[Splat]:
+    """Scans a log file (undecodable bytes are replaced, not fatal)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return scan_lines(f, source if source is not None else path)
+
+
+def failures(splats: Iterable[Splat]) -> list[Splat]:
+    """The splats that fail a run: all but the expected ones."""
+    return [s for s in splats if not s.expected]
+
+
+def dedup(splats: Iterable[Splat]) -> list[Splat]:
+    """Drops splats whose line text was already seen (the console and dmesg repeat each other)."""
+    seen: set[str] = set()
+    out = []
+    for s in splats:
+        if s.line not in seen:
+            seen.add(s.line)
+            out.append(s)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: splat.py FILE...", file=sys.stderr)
+        return 2
+    bad = 0
+    for path in argv:
+        for s in scan_file(path):
+            print(s)
+            bad += not s.expected
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

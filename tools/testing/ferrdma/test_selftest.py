@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Self-tests of the harness's log scanners (splat.py, ktap.py) and its job-file encoding.
+
+Run by run-tests (as the "selftest:*" TAP lines) and standalone:
+    python3 -m unittest -v test_selftest      (from this directory)
+"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ktap  # noqa: E402
+import splat  # noqa: E402
+import vmharness  # noqa: E402
+
+
+class SplatTest(unittest.TestCase):
+    """Every documented splat kind is caught, and ordinary boot/driver lines are not."""
+
+    POSITIVE = {
+        "[    5.123456] Oops: general protection fault, probably for non-canonical address": "oops",
+        "[    1.000000] Oops: 0002 [#1] PREEMPT SMP NOPTI": "oops",
+        "[    2.1] BUG: kernel NULL pointer dereference, address: 0000000000000008": "bug",
+        "[   12.5] kernel BUG at drivers/infiniband/hw/ferrdma/ring.c:12!": "bug",
+        "[    3.3] BUG kmalloc-64 (Not tainted): Redzone overwritten": "bug",
+        "[    3.3] WARNING: CPU: 1 PID: 77 at drivers/x.c:10 ferrdma_probe+0x1/0x2 [ferrdma]": "warning",
+        "[    9.9] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100": "panic",
+        "[    4.4] WARNING: possible recursive locking detected": "lockdep",
+        "[    4.4] WARNING: possible circular locking dependency detected": "lockdep",
+        "[    4.4] WARNING: inconsistent lock state": "lockdep",
+        "[    4.4] WARNING: possible irq lock inversion dependency detected": "lockdep",
+        "[    4.4] WARNING: suspicious RCU usage": "rcu",
+        "[    4.4] INFO: trying to register non-static key.": "lockdep",
+        "[    4.4] BUG: sleeping function called from invalid context at mm/slab.h:1": "sleep-in-atomic",
+        "[    4.4] BUG: KASAN: slab-use-after-free in ferrdma_cq_poll+0x10/0x20": "kasan",
+        "[    4.4] UBSAN: shift-out-of-bounds in drivers/infiniband/hw/ferrdma/x.c:3:9": "ubsan",
+        "[   60.0] kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)": "kmemleak",
+        "[   60.0] kmemleak: 1 new suspected memory leak (see /sys/kernel/debug/kmemleak)": "kmemleak",
+        "[    4.4] general protection fault, probably for non-canonical address 0xdead": "gpf",
+        "[    4.4] Call Trace:": "call-trace",
+        " Call Trace:": "call-trace",
+        "[    4.4] rust_kernel: panicked at drivers/infiniband/hw/ferrdma/ring.rs:9:5:": "rust-panic",
+        "[    4.4] Code: rust_panic+0x10": "rust-panic",
+        "[  200.0] INFO: task insmod:123 blocked for more than 120 seconds.": "hung-task",
+        "[  200.0] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:": "rcu-stall",
+        "[  200.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [insmod:99]": "bug",
+        "[    7.7] ibv_rc_pingpong[301]: segfault at 0 ip 00007f sp 00007f error 4": "user-fault",
+        "[    1.2] [  T123] WARNING: CPU: 0 PID: 123 at x": "warning",
+    }
+
+    NEGATIVE = [
+        "[    0.000000] Linux version 6.12.0 (root@ferrdma) (clang version 19) #1 SMP",
+        "[    0.000000] Kernel command line: console=ttyS0 init=/x oops=panic BUG: WARNING: Oops",
+        "[    0.000000] Command line: console=ttyS0 init=/x WARNING: Oops",
+        "[    0.100000] DEBUG: not a bug",
+        "[    0.200000] kmemleak: Kernel memory leak detector initialized (mem pool available: 15000)",
+        "[    0.200000] kmemleak: 0 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
+        "[    0.300000] kasan: KernelAddressSanitizer initialized",
+        "[    1.000000] ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.0, 8/8 MSI-X "
+        "vectors delivered, DMA copy of 8192 bytes verified",
+        "[    1.100000] virtio-pci 0000:00:02.0: enabling device (0000 -> 0003)",
+        "[    1.200000] Run /ferrdma/src/tools/testing/ferrdma/guest/init as init process",
+        "[    1.300000] 9pnet: Installing 9P2000 support",
+        "[    1.400000]     # test_call_trace: Call Trace: expected by this KUnit case",
+        "[    1.500000] bugs: no panicked processes",
+        "[    1.600000] Lockdep is on: no circular stuff seen",
+        "[    1.700000] ACPI: PM: Preparing to enter system sleep state S5",
+        "[    1.800000] reboot: Power down",
+        "",
+    ]
+
+    def test_positive(self):
+        for line, kind in self.POSITIVE.items():
+            with self.subTest(line=line):
+                found = splat.scan_text(line)
+                self.assertEqual(len(found), 1, found)
+                self.assertEqual(found[0].kind, kind)
+                self.assertFalse(found[0].expected)
+
+    def test_negative(self):
+        for line in self.NEGATIVE:
+            with self.subTest(line=line):
+                self.assertEqual(splat.scan_text(line), [])
+
+    def test_expected_region(self):
+        log = "\n".join([
+            "[ 1.0] WARNING: CPU: 0 PID: 1 at a.c:1 f+0x0/0x1",
+            "[ 2.0] ferrdma-test: expected splat begin",
+            "[ 2.1] WARNING: CPU: 0 PID: 1 at b.c:1 g+0x0/0x1",
+            "[ 2.2] Call Trace:",
+            "[ 2.3] ferrdma-test: expected splat end",
+            "[ 3.0] BUG: unable to handle page fault for address: 0000000000001000",
+        ])
+        found = splat.scan_text(log, "vm1.console")
+        self.assertEqual([(s.lineno, s.expected) for s in found],
+                         [(1, False), (3, True), (4, True), (6, False)])
+        self.assertEqual([s.lineno for s in splat.failures(found)], [1, 6])
+        self.assertEqual(str(found[0]), "vm1.console:1: warning: WARNING: CPU: 0 PID: 1 at a.c:1 f+0x0/0x1")
+
+    def test_dedup_across_sources(self):
+        a = splat.scan_text("[ 1.0] WARNING: x at y", "console")
+        b = splat.scan_text("[    1.000000] WARNING: x at y\n[ 2.0] BUG: z", "dmesg")
+        self.assertEqual([s.line for s in splat.dedup(a + b)], ["WARNING: x at y", "BUG: z"])
+
+
+KTAP_LOG = """\
+[    3.000000] KTAP version 1
+[    3.000001] 1..2
+[    3.000002]     KTAP version 1
+[    3.000003]     # Subtest: ferrdma_ring
+[    3.000004]     # module: ferrdma
+[    3.000005]     1..4
+[    3.000006]     ok 1 push_pop
+[    3.000007]     # wraps: EXPECTATION FAILED at drivers/infiniband/hw/ferrdma/ring.rs:42
+[    3.000007]     Expected head == 0, but
+[    3.000008]     not ok 2 wraps
+[    3.000009]     ok 3 huge # SKIP needs 1 GiB
+[    3.000010]         KTAP version 1
+[    3.000011]         # Subtest: sizes
+[    3.000012]         ok 1 size-64
+[    3.000013]         not ok 2 size-4096
+[    3.000014]     not ok 4 sizes
+[    3.000015] # ferrdma_ring: pass:1 fail:2 skip:1 total:4
+[    3.000016] not ok 1 ferrdma_ring
+[    3.000017]     KTAP version 1
+[    3.000018]     # Subtest: ferrdma_skipped
+[    3.000019]     1..0
+[    3.000020] ok 2 ferrdma_skipped # SKIP no device
+[    3.000021] # Totals: pass:1 fail:2 skip:2 total:5
+"""
+
+
+class KtapTest(unittest.TestCase):
+    def test_cases(self):
+        got = [(c.name, c.status, c.directive) for c in ktap.parse_text(KTAP_LOG)]
+        self.assertEqual(got, [
+            ("ferrdma_ring.push_pop", "pass", ""),
+            ("ferrdma_ring.wraps", "fail", ""),
+            ("ferrdma_ring.huge", "skip", "SKIP needs 1 GiB"),
+            ("ferrdma_ring.sizes.size-64", "pass", ""),
+            ("ferrdma_ring.sizes.size-4096", "fail", ""),
+            ("ferrdma_skipped", "skip", "SKIP no device"),
+        ])
+
+    def test_diagnostics(self):
+        wraps = ktap.parse_text(KTAP_LOG)[1]
+        self.assertEqual(wraps.diagnostics,
+                         ["wraps: EXPECTATION FAILED at drivers/infiniband/hw/ferrdma/ring.rs:42"])
+
+    def test_incomplete_and_repeated(self):
+        crashed = "\n".join([
+            "KTAP version 1", "1..1", "    KTAP version 1", "    # Subtest: s", "    1..2",
+            "    ok 1 a", "    # b: about to crash",
+            # the module is loaded again: a new document begins
+            "KTAP version 1", "1..1", "    KTAP version 1", "    # Subtest: s", "    1..2",
+            "    ok 1 a", "    ok 2 b", "ok 1 s",
+        ])
+        cases = ktap.parse_text(crashed)
+        self.assertEqual([(c.name, c.status) for c in cases],
+                         [("s.a", "pass"), ("s.<incomplete>", "fail"), ("s.a", "pass"), ("s.b", "pass")])
+        self.assertEqual(cases[1].diagnostics, ["b: about to crash"])
+        summary = ktap.summarize(cases)
+        self.assertEqual({n: (c.status, c.runs) for n, c in summary.items()},
+                         {"s.a": ("pass", 2), "s.<incomplete>": ("fail", 1), "s.b": ("pass", 1)})
+
+    def test_truncated_log(self):
+        cases = ktap.parse_text("KTAP version 1\n1..1\n    # Subtest: s\n    ok 1 a\n")
+        self.assertEqual([(c.name, c.status) for c in cases], [("s.a", "pass"), ("s.<incomplete>", "fail")])
+
+    def test_no_ktap(self):
+        self.assertEqual(ktap.parse_text("[ 1.0] ok 1 not ktap\nnot ok 2 neither\n"), [])
+
+
+class JobFileTest(unittest.TestCase):
+    """The host writes the guest's job file; bash must read back exactly what was meant."""
+
+    def test_roundtrip_through_bash(self):
+        import subprocess
+        import tempfile
+        args = ["plain", "with space", "quote'\"$HOME`x`", "", "*"]
+        env = {"FERRDMA_NODE": "2", "FERRDMA_PEER_IP": "", "FERRDMA_KO": "/a b/ferrdma.ko"}
+        with tempfile.NamedTemporaryFile("w", suffix=".job", delete=False) as f:
+            f.write(vmharness.job_file_text(env, args, script_timeout=42))
+        try:
+            out = subprocess.run(
+                ["bash", "-c", '. "$1"; printf "%s|" "$FERRDMA_NODE" "$FERRDMA_PEER_IP" '
+                 '"$FERRDMA_KO" "$ferrdma_script_timeout" "${#ferrdma_args[@]}" "${ferrdma_args[@]}"',
+                 "bash", f.name],
+                capture_output=True, text=True, timeout=10, check=True).stdout
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(out.split("|")[:-1], ["2", "", "/a b/ferrdma.ko", "42", "5"] + args)
+
+
+if __name__ == "__main__":
+    unittest.main()

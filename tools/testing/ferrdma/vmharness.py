@@ -1,0 +1,690 @@
+# SPDX-License-Identifier: GPL-2.0
+"""ferrdma VM harness: boots 1 or 2 QEMU guests, each with a ferrdma NIC, and runs a script in each.
+
+This module is the machinery behind the `ferrdma-vm` command and the `run-tests` suite; see
+README.md beside it for the user's view. In short, for each VM N (1-based):
+
+  * a ferrdma-nic process serves one vfio-user device on a unix socket (unless no_nic);
+  * QEMU boots the ferrdma kernel with the sysroot's `/` as a read-only 9p root and a writable
+    9p share (tag "results") on <logdir>/vmN/, RAM in a shared memfd (so the NIC process can
+    DMA into it), the NIC as a vfio-user-pci device and a virtio-net NIC with MAC
+    52:54:00:fe:10:0N whose stream netdev links it to the other VM;
+  * the guest's init (guest/init) reads <share>/job, sets up the system and network
+    (10.77.0.N/24 on eth0), runs <share>/script with the job's arguments, stores the output,
+    exit status and dmesg in the share, and powers off.
+
+The host waits (bounded by the timeout), stops everything it started, and judges each VM:
+the script must exit 0 and the console and dmesg must be free of kernel splats (splat.py).
+KUnit results in the log are parsed with ktap.py.
+
+The harness runs inside the sysroot (scripts/in-sysroot.sh): QEMU exports that `/` to the
+guests, so every path it hands a guest (kernel module, harness files) is the same path there.
+Processes are only ever stopped through the handles of the ones this module started: each runs
+in its own process group, which is signalled as a whole, and dies with the harness (the kernel
+sends it SIGKILL through PR_SET_PDEATHSIG should the harness itself be killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import os
+import re
+import shlex
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+from typing import Callable, Iterator
+
+import ktap
+import splat
+
+HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.abspath(os.path.join(HARNESS_DIR, "..", "..", ".."))
+GUEST_INIT = os.path.join(HARNESS_DIR, "guest", "init")
+
+# Where the guest mounts its share; the init and lib.sh use the same path.
+GUEST_SHARE = "/run/ferrdma"
+
+# The LAN: node N has MAC 52:54:00:fe:10:0N and IPv4 10.77.0.N/24 (N = 1 or 2).
+LAN_PREFIX = "10.77.0."
+LAN_MASK_BITS = 24
+
+
+def node_mac(node: int) -> str:
+    return f"52:54:00:fe:10:{node:02x}"
+
+
+def node_ip(node: int) -> str:
+    return f"{LAN_PREFIX}{node}"
+
+
+def cache_dir() -> str:
+    """$FERRDMA_CACHE, as seen from where the harness runs (in the sysroot: /ferrdma/cache)."""
+    return os.environ.get("FERRDMA_CACHE") or (
+        "/ferrdma/cache" if os.path.isdir("/ferrdma/cache") else "/var/cache/ferrdma")
+
+
+def default_kernel() -> str:
+    return os.path.join(cache_dir(), "kernel/build/arch/x86/boot/bzImage")
+
+
+def default_ko() -> str:
+    return os.path.join(cache_dir(), "kernel/build/drivers/infiniband/hw/ferrdma/ferrdma.ko")
+
+
+def default_nic() -> str:
+    return os.path.join(cache_dir(), "cargo-target/release/ferrdma-nic")
+
+
+class HarnessError(Exception):
+    """The harness could not do its job (missing file, QEMU or NIC failed to start...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Running inside the sysroot
+
+def in_sysroot() -> bool:
+    """True inside the ferrdma sysroot (scripts/sysroot.sh marks its root with .ferrdma-ready)."""
+    return os.path.exists("/.ferrdma-ready") and os.path.isdir("/ferrdma/src")
+
+
+def to_sysroot_path(path: str) -> str:
+    """Maps a host path inside the repository or $FERRDMA_CACHE to its path in the sysroot."""
+    real = os.path.realpath(path)
+    host_cache = os.path.realpath(os.environ.get("FERRDMA_CACHE") or "/var/cache/ferrdma")
+    for base, inside in ((REPO_DIR, "/ferrdma/src"), (host_cache, "/ferrdma/cache")):
+        if real == base or real.startswith(base + os.sep):
+            return inside + real[len(base):]
+    raise HarnessError(f"{path}: outside the repository and $FERRDMA_CACHE, so the sysroot "
+                       f"(and the guests) cannot see it; copy it into one of them")
+
+
+# Environment variables the harness reads; kept when it re-executes itself in the sysroot.
+PASSED_ENV = ("FERRDMA_ACCEL", "FERRDMA_APPEND", "FERRDMA_INITRD", "FERRDMA_KEEP_RUNS")
+
+
+def reexec_in_sysroot(program: str, args: list[str]) -> None:
+    """Replaces this process by `program args` run in the sysroot via scripts/in-sysroot.sh.
+    `program` is the sysroot path of the entry point; `args` must already use sysroot paths."""
+    runner = os.path.join(REPO_DIR, "scripts", "in-sysroot.sh")
+    if not os.access(runner, os.X_OK):
+        raise HarnessError(f"not inside the ferrdma sysroot and {runner} is missing")
+    # in-sysroot.sh starts from an empty environment: hand over the harness's own variables.
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items())
+           if k in PASSED_ENV and k != "FERRDMA_CACHE"]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(runner, [runner, "env", *env, "python3", program, *args])
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    """Runs in the child before exec: die with the harness."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Child:
+    """A process the harness started, in its own process group, with output to a log file."""
+
+    def __init__(self, name: str, argv: list[str], log_path: str, cwd: str | None = None):
+        import subprocess
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.signalled = False  # the harness had to stop it
+        with open(log_path, "ab") as log:
+            log.write(f"# {shlex.join(argv)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                start_new_session=True, preexec_fn=_child_setup, close_fds=True)
+        self.pid = self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def exited(self) -> bool:
+        """True once the process has ended. The zombie is left for reap() so that its process
+        group id stays reserved until the rest of the group has been killed."""
+        if self.popen.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        if info is not None and self.ended is None:
+            self.ended = time.monotonic()
+        return info is not None
+
+    def _killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            pass
+
+    def reap(self) -> int:
+        """After the leader ended: kills what is left of its group, collects the exit status."""
+        if self.popen.returncode is None:
+            self._killpg(signal.SIGKILL)
+            self.popen.wait()
+            if self.ended is None:
+                self.ended = time.monotonic()
+        return self.popen.returncode
+
+    def wait_exit(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self.exited():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, grace: float = 5.0) -> int:
+        """Ends the process (SIGTERM to its group, then SIGKILL after `grace` seconds)."""
+        if not self.exited():
+            self.signalled = True
+            self._killpg(signal.SIGTERM)
+            if not self.wait_exit(grace):
+                self._killpg(signal.SIGKILL)
+                self.wait_exit(10.0)
+        return self.reap()
+
+
+def _wait_for_socket(path: str, owner: Child, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.stat(path).st_mode):
+                return
+        if owner.exited():
+            rc = owner.reap()
+            raise HarnessError(f"{owner.name} exited (status {rc}) before creating {path}; "
+                               f"see {owner.log_path}")
+        if time.monotonic() >= deadline:
+            raise HarnessError(f"{owner.name} did not create {path} within {seconds:.0f}s; "
+                               f"see {owner.log_path}")
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and results
+
+@dataclasses.dataclass
+class Config:
+    script: str  # the guest script (run with bash)
+    args: list[str] = dataclasses.field(default_factory=list)
+    vms: int = 1
+    timeout: float = 300.0  # seconds, from the first QEMU start to the last guest's power-off
+    logdir: str | None = None  # default: $FERRDMA_CACHE/runs/<timestamp>-<pid>
+    kernel: str = dataclasses.field(default_factory=default_kernel)
+    ko: str = dataclasses.field(default_factory=default_ko)
+    nic: str | None = dataclasses.field(default_factory=default_nic)  # None: no ferrdma NIC
+    mem_mb: int = 512
+    smp: int = 2
+    accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
+    append: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_APPEND", ""))
+    # An initramfs for kernels that need modules to reach the 9p root (not the ferrdma kernel,
+    # which has virtio and 9p built in); it must mount the root and exec the init= program.
+    initrd: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_INITRD", ""))
+    # Give the script its own, shorter time limit in the guest, so that a hung script still
+    # leaves a status, output and dmesg behind. Only the harness's self-test turns it off.
+    guest_timeout: bool = True
+    # Streams the scripts' output live: called with (node, line) for each complete line.
+    on_output: Callable[[int, str], None] | None = None
+    # Progress messages (a line of text each).
+    on_progress: Callable[[str], None] | None = None
+
+
+@dataclasses.dataclass
+class VmResult:
+    node: int
+    status: int | None = None  # the script's exit status; None if the guest never reported it
+    timed_out: bool = False  # the harness had to kill QEMU
+    qemu_status: int | None = None
+    output: str = ""  # the script's stdout and stderr
+    splats: list[splat.Splat] = dataclasses.field(default_factory=list)  # incl. expected ones
+    kunit: list[ktap.Case] = dataclasses.field(default_factory=list)
+    boot_seconds: float | None = None  # guest uptime when the script started
+    script_seconds: float | None = None
+    wall_seconds: float | None = None  # QEMU start to exit
+    problems: list[str] = dataclasses.field(default_factory=list)  # why it failed
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def kunit_failed(self) -> list[ktap.Case]:
+        return [c for c in self.kunit if c.status == ktap.FAIL]
+
+
+@dataclasses.dataclass
+class RunResult:
+    logdir: str
+    vms: list[VmResult]
+    wall_seconds: float
+    problems: list[str] = dataclasses.field(default_factory=list)  # harness-level failures
+
+    @property
+    def ok(self) -> bool:
+        """Every script exited 0, every guest log is clean and the harness had no trouble."""
+        return not self.problems and all(vm.ok for vm in self.vms)
+
+    @property
+    def kunit_failed(self) -> list[ktap.Case]:
+        return [c for vm in self.vms for c in vm.kunit_failed]
+
+
+# --------------------------------------------------------------------------------------------
+# The guest's job file
+
+def job_file_text(env: dict[str, str], args: list[str], script_timeout: int) -> str:
+    """The guest init sources this (bash): exported env, the script's arguments, its timeout."""
+    lines = ["# Written by the ferrdma VM harness for guest/init (bash syntax)."]
+    for k, v in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise HarnessError(f"bad environment variable name {k!r}")
+        lines.append(f"export {k}={shlex.quote(v)}")
+    lines.append(f"ferrdma_script_timeout={int(script_timeout)}")
+    lines.append("ferrdma_args=(" + " ".join(shlex.quote(a) for a in args) + ")")
+    return "\n".join(lines) + "\n"
+
+
+def guest_script_timeout(timeout: float) -> int:
+    """The script's limit in the guest: the run's timeout less a margin for boot and shutdown
+    (a quarter of it, at least 20 and at most 90 seconds)."""
+    margin = min(max(timeout / 4, 20.0), 90.0)
+    return max(int(timeout - margin), 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Log directories
+
+RUN_NAME = re.compile(r"^\d{8}-\d{6}-\d+$")
+
+
+def new_run_dir(keep: int | None = None) -> str:
+    """Creates $FERRDMA_CACHE/runs/<timestamp>-<pid>/, pruning all but the newest `keep` runs
+    (default $FERRDMA_KEEP_RUNS or 30)."""
+    runs = os.path.join(cache_dir(), "runs")
+    os.makedirs(runs, exist_ok=True)
+    if keep is None:
+        keep = int(os.environ.get("FERRDMA_KEEP_RUNS", "30"))
+    old = sorted(d for d in os.listdir(runs) if RUN_NAME.match(d))
+    for d in old[:max(len(old) - (keep - 1), 0)]:
+        shutil.rmtree(os.path.join(runs, d), ignore_errors=True)
+    name = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    path = os.path.join(runs, name)
+    os.makedirs(path)
+    return path
+
+
+def _prepare_logdir(logdir: str, vms: int) -> None:
+    os.makedirs(logdir, exist_ok=True)
+    for n in (1, 2):  # leftovers of an earlier run in the same directory
+        shutil.rmtree(os.path.join(logdir, f"vm{n}"), ignore_errors=True)
+        for f in (f"vm{n}.console", f"nic{n}.log", f"qemu{n}.log"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(logdir, f))
+    for n in range(1, vms + 1):
+        os.makedirs(os.path.join(logdir, f"vm{n}", "results"))
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# QEMU
+
+def kernel_cmdline(cfg: Config) -> str:
+    parts = [
+        "console=ttyS0,115200",
+        "root=root", "rootfstype=9p",
+        "rootflags=trans=virtio,version=9p2000.L,msize=262144", "ro",
+        f"init={GUEST_INIT}",
+        "panic=-1",  # reboot at once on panic; with -no-reboot, QEMU then exits
+        "log_buf_len=8M",  # room for many KUnit runs: the dmesg dump must be complete
+        "printk.devkmsg=on",  # tests may write markers to /dev/kmsg without rate limits
+        "mitigations=off",  # nothing to protect, and TCG is slow enough
+    ]
+    if cfg.append:
+        parts.append(cfg.append)
+    return " ".join(parts)
+
+
+def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
+              nic_sock: str | None) -> list[str]:
+    share = os.path.join(logdir, f"vm{node}")
+    if cfg.accel == "kvm":
+        accel = ["-accel", "kvm", "-cpu", "host"]
+    elif cfg.accel == "tcg":
+        accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    else:
+        raise HarnessError(f"FERRDMA_ACCEL={cfg.accel!r}: use tcg (the default) or kvm")
+    argv = [
+        "qemu-system-x86_64",
+        "-name", f"ferrdma-vm{node}",
+        "-nographic", "-nodefaults", "-no-user-config", "-no-reboot", "-monitor", "none",
+        *accel,
+        "-machine", "q35,memory-backend=mem",
+        "-object", f"memory-backend-memfd,id=mem,size={cfg.mem_mb}M,share=on",
+        "-m", f"{cfg.mem_mb}M",
+        "-smp", str(cfg.smp),
+        "-kernel", cfg.kernel,
+        "-append", kernel_cmdline(cfg),
+        *(["-initrd", cfg.initrd] if cfg.initrd else []),
+        "-chardev", f"file,id=con,path={os.path.join(logdir, f'vm{node}.console')}",
+        "-serial", "chardev:con",
+        "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device", "virtio-9p-pci,fsdev=root,mount_tag=root",
+        "-fsdev", f"local,id=results,path={share},security_model=none,multidevs=remap",
+        "-device", "virtio-9p-pci,fsdev=results,mount_tag=results",
+        "-device", "virtio-rng-pci",
+    ]
+    # The LAN: node 1 listens on the stream socket, node 2 connects to it.
+    if node == 1:
+        netdev = f"stream,id=lan,server=on,addr.type=unix,addr.path={lan_sock}"
+    else:
+        netdev = f"stream,id=lan,server=off,addr.type=unix,addr.path={lan_sock},reconnect-ms=500"
+    argv += ["-netdev", netdev, "-device", f"virtio-net-pci,netdev=lan,mac={node_mac(node)}"]
+    if nic_sock is not None:
+        argv += ["-device", '{"driver":"vfio-user-pci","socket":{"path":"%s","type":"unix"}}'
+                 % nic_sock]
+    return argv
+
+
+# --------------------------------------------------------------------------------------------
+# A run
+
+class _OutputTail:
+    """Follows a growing text file and hands out its complete lines."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def lines(self, final: bool = False) -> Iterator[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        self.offset += len(data)
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        if final and self.partial:
+            complete.append(self.partial)
+            self.partial = b""
+        for raw in complete:
+            yield raw.decode("utf-8", errors="replace")
+
+
+class _Interrupted(BaseException):
+    pass
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt the run like Ctrl-C does, so cleanup still happens."""
+    def handler(signum, _frame):
+        raise _Interrupted(signal.Signals(signum).name)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run(cfg: Config) -> RunResult:
+    """Boots cfg.vms guests, runs cfg.script in each and returns the verdicts. Raises
+    HarnessError for problems found before anything was started (bad arguments, missing
+    files); later trouble is reported in the result. Re-raises KeyboardInterrupt after
+    stopping everything."""
+    progress = cfg.on_progress or (lambda _msg: None)
+    if cfg.vms not in (1, 2):
+        raise HarnessError(f"--vms {cfg.vms}: only 1 or 2 VMs are supported")
+    if not in_sysroot():
+        raise HarnessError("the VM harness must run inside the ferrdma sysroot "
+                           "(scripts/in-sysroot.sh)")
+    for what, path in (("script", cfg.script), ("kernel", cfg.kernel)):
+        if not os.path.isfile(path):
+            raise HarnessError(f"{what} {path} does not exist")
+    if cfg.nic is not None and not os.access(cfg.nic, os.X_OK):
+        raise HarnessError(f"NIC binary {cfg.nic} does not exist (build it, or use --no-nic)")
+    if shutil.which("qemu-system-x86_64") is None:
+        raise HarnessError("qemu-system-x86_64 is not installed")
+    if not os.access(GUEST_INIT, os.X_OK):
+        raise HarnessError(f"{GUEST_INIT} is missing or not executable")
+
+    logdir = os.path.abspath(cfg.logdir) if cfg.logdir else new_run_dir()
+    _prepare_logdir(logdir, cfg.vms)
+    script_timeout = guest_script_timeout(cfg.timeout) if cfg.guest_timeout else 0
+    for node in range(1, cfg.vms + 1):
+        share = os.path.join(logdir, f"vm{node}")
+        shutil.copyfile(cfg.script, os.path.join(share, "script"))
+        env = {
+            "FERRDMA_NODE": str(node),
+            "FERRDMA_NVMS": str(cfg.vms),
+            "FERRDMA_IP": node_ip(node),
+            "FERRDMA_PEER_IP": node_ip(3 - node) if cfg.vms == 2 else "",
+            "FERRDMA_PREFIXLEN": str(LAN_MASK_BITS),
+            "FERRDMA_MAC": node_mac(node),
+            "FERRDMA_KO": cfg.ko,
+            "FERRDMA_RESULTS": f"{GUEST_SHARE}/results",
+            "FERRDMA_HARNESS": HARNESS_DIR,
+            "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),
+            "FERRDMA_HAVE_NIC": "1" if cfg.nic is not None else "0",
+        }
+        with open(os.path.join(share, "job"), "w") as f:
+            f.write(job_file_text(env, cfg.args, script_timeout))
+    with open(os.path.join(logdir, "command"), "w") as f:
+        f.write(f"script: {cfg.script} {shlex.join(cfg.args)}\nvms: {cfg.vms}\n"
+                f"timeout: {cfg.timeout:.0f}s (script in guest: {script_timeout or 'none'})\n"
+                f"kernel: {cfg.kernel}\nko: {cfg.ko}\nnic: {cfg.nic or 'none'}\n"
+                f"accel: {cfg.accel}\n")
+
+    results = [VmResult(n) for n in range(1, cfg.vms + 1)]
+    run_problems: list[str] = []
+    nics: list[Child | None] = [None] * cfg.vms
+    qemus: list[Child | None] = [None] * cfg.vms
+    tails = [_OutputTail(os.path.join(logdir, f"vm{n}", "output")) for n in range(1, cfg.vms + 1)]
+    sockdir = tempfile.mkdtemp(prefix="ferrdma-vm-")  # short paths: sun_path is 108 bytes
+    lan_sock = os.path.join(sockdir, "lan.sock")
+    start = time.monotonic()
+
+    def drain(final: bool = False) -> None:
+        if cfg.on_output:
+            for i, tail in enumerate(tails):
+                for line in tail.lines(final):
+                    cfg.on_output(i + 1, line)
+
+    try:
+        with _signals_raise():
+            # 1. The NICs, each on its own socket.
+            for i in range(cfg.vms):
+                if cfg.nic is None:
+                    continue
+                sock = os.path.join(sockdir, f"nic{i + 1}.sock")
+                nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock],
+                                os.path.join(logdir, f"nic{i + 1}.log"))
+                _wait_for_socket(sock, nics[i], 15.0)
+            # 2. The VMs; node 1 first, as it creates the LAN socket node 2 connects to.
+            progress(f"booting {cfg.vms} VM(s) ({cfg.accel}), logs in {logdir}")
+            start = time.monotonic()
+            for i in range(cfg.vms):
+                nic_sock = os.path.join(sockdir, f"nic{i + 1}.sock") if cfg.nic else None
+                qemus[i] = Child(f"vm{i + 1}", qemu_argv(cfg, i + 1, logdir, lan_sock, nic_sock),
+                                 os.path.join(logdir, f"qemu{i + 1}.log"))
+                if i == 0 and cfg.vms > 1:
+                    _wait_for_socket(lan_sock, qemus[0], 15.0)
+            # 3. Wait for every guest to power off, or for the deadline.
+            deadline = start + cfg.timeout
+            while True:
+                drain()
+                running = [q for q in qemus if q is not None and not q.exited()]
+                if not running:
+                    break
+                for i, q in enumerate(qemus):
+                    if q is None or not q.exited() or q.returncode is not None:
+                        continue
+                    if q.reap() != 0:
+                        # QEMU itself failed (e.g. it could not attach the NIC): the other VM
+                        # would only wait for its peer until the timeout.
+                        for j, other in enumerate(qemus):
+                            if other is not None and other in running:
+                                results[j].problems.append(f"stopped early: vm{i + 1} failed")
+                                other.stop()
+                for i, nic in enumerate(nics):
+                    q = qemus[i]
+                    if nic is not None and nic.exited() and q is not None and not q.exited():
+                        results[i].problems.append(
+                            f"nic{i + 1} exited (status {nic.reap()}) while vm{i + 1} was running;"
+                            f" see {nic.log_path}")
+                        q.stop()
+                if time.monotonic() >= deadline:
+                    for q in running:
+                        results[int(q.name[2:]) - 1].timed_out = True
+                        q.stop()
+                    break
+                time.sleep(0.2)
+    except _Interrupted as e:  # cleaned up by the finally clause
+        raise KeyboardInterrupt(str(e)) from None
+    except HarnessError as e:
+        run_problems.append(str(e))
+    finally:
+        _stop_all(qemus, nics)
+        shutil.rmtree(sockdir, ignore_errors=True)
+    wall = time.monotonic() - start
+    drain(final=True)
+
+    for i, vm in enumerate(results):
+        q, nic = qemus[i], nics[i]
+        if q is None:
+            vm.problems.append("not started (see above)")
+            continue
+        if q is not None:
+            vm.qemu_status = q.returncode
+            if q.ended is not None:
+                vm.wall_seconds = q.ended - q.started
+            if vm.qemu_status not in (0, None) and not vm.timed_out and not q.signalled:
+                vm.problems.append(f"QEMU exited with status {vm.qemu_status}: "
+                                   f"{_last_line(q.log_path)} (see {q.log_path})")
+        if nic is not None:
+            if nic.signalled:
+                progress(f"nic{i + 1} did not exit by itself when vm{i + 1} ended; stopped it")
+            elif nic.returncode not in (0, None):
+                vm.problems.append(f"nic{i + 1} exited with status {nic.returncode}; "
+                                   f"see {nic.log_path}")
+            nic_log = _read(nic.log_path) or ""
+            for line in nic_log.splitlines():
+                if "panicked at" in line:
+                    vm.problems.append(f"nic{i + 1} panicked: {line.strip()}")
+        _collect(vm, logdir, cfg, script_timeout)
+    return RunResult(logdir, results, wall, run_problems)
+
+
+def _last_line(path: str) -> str:
+    lines = [ln.strip() for ln in (_read(path) or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def _stop_all(qemus: list[Child | None], nics: list[Child | None]) -> None:
+    """Stops every QEMU, then gives each NIC a moment to exit by itself before stopping it."""
+    for q in qemus:
+        if q is not None:
+            q.stop()
+    for nic in nics:
+        if nic is not None:
+            nic.wait_exit(5.0)
+            nic.stop()
+
+
+def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> None:
+    """Reads a finished VM's share and console, and records what went wrong."""
+    n = vm.node
+    share = os.path.join(logdir, f"vm{n}")
+    vm.output = _read(os.path.join(share, "output")) or ""
+    status = _read(os.path.join(share, "status"))
+    if status is not None and status.strip().lstrip("-").isdigit():
+        vm.status = int(status.strip())
+    timing = dict(re.findall(r"^(\w+)=([\d.]+)$", _read(os.path.join(share, "timing")) or "",
+                             re.M))
+    if "script_start" in timing:
+        vm.boot_seconds = float(timing["script_start"])
+        if "script_end" in timing:
+            vm.script_seconds = float(timing["script_end"]) - vm.boot_seconds
+
+    console_path = os.path.join(logdir, f"vm{n}.console")
+    dmesg_path = os.path.join(share, "dmesg")
+    found: list[splat.Splat] = []
+    for path, label in ((console_path, f"vm{n}.console"), (dmesg_path, f"vm{n}/dmesg")):
+        if os.path.exists(path):
+            found += splat.scan_file(path, label)
+    vm.splats = splat.dedup(found)
+    # KUnit: the dmesg dump is complete (log_buf_len); the console is the fallback after a crash.
+    log_for_kunit = dmesg_path if os.path.exists(dmesg_path) else console_path
+    if os.path.exists(log_for_kunit):
+        vm.kunit = ktap.parse_file(log_for_kunit)
+
+    if vm.timed_out:
+        vm.problems.append(f"timed out: the guest was still running after {cfg.timeout:.0f}s "
+                           f"and was killed")
+    if vm.status is None:
+        if not vm.timed_out:
+            vm.problems.append("the guest did not report the script's exit status "
+                               f"(crashed or failed to boot? see {console_path})")
+    elif vm.status == 124 and script_timeout:
+        vm.problems.append(f"the script timed out in the guest after {script_timeout}s")
+    elif vm.status != 0:
+        vm.problems.append(f"the script exited with status {vm.status}")
+    bad = splat.failures(vm.splats)
+    if bad:
+        vm.problems.append(f"{len(bad)} kernel splat line(s), first: {bad[0]}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+def describe(vm: VmResult) -> str:
+    """One line about a VM's run."""
+    bits = []
+    bits.append("no exit status" if vm.status is None else f"exit status {vm.status}")
+    if vm.boot_seconds is not None:
+        bits.append(f"boot-to-script {vm.boot_seconds:.1f}s")
+    if vm.script_seconds is not None:
+        bits.append(f"script {vm.script_seconds:.1f}s")
+    if vm.wall_seconds is not None:
+        bits.append(f"VM {vm.wall_seconds:.1f}s")
+    if vm.kunit:
+        counts = {s: sum(c.status == s for c in vm.kunit)
+                  for s in (ktap.PASS, ktap.FAIL, ktap.SKIP)}
+        bits.append(f"kunit {counts['pass']} passed, {counts['fail']} failed, "
+                    f"{counts['skip']} skipped")
+    bad = splat.failures(vm.splats)
+    bits.append(f"{len(bad)} splat line(s)" if bad else "log clean")
+    return ", ".join(bits)
