@@ -3,7 +3,8 @@
 #
 #   1. ferrdma-nic unit and property tests (cargo test, no VM)
 #   2. the test kernel with our driver (a build failure is a failed test)
-#   3. the VM suite: KUnit, probe, insmod/rmmod cycles, two VMs (tools/testing/ferrdma/run-tests)
+#   3. the device model under QEMU's qtest
+#   4. the VM suite: KUnit, probe, insmod/rmmod cycles, two VMs (tools/testing/ferrdma/run-tests)
 #
 # The last line is "N passed, N failed, N skipped"; the exit status is non-zero on any failure.
 set -uo pipefail
@@ -42,7 +43,19 @@ else
 	failed=$((failed + 1)); nic_ok=0; echo "not ok - ferrdma-nic build"
 fi
 
-# 3. The VM suite.
+# 3. The device under a real QEMU, driven by qtest (no guest kernel needed).
+if [ "$nic_ok" = 1 ]; then
+	step "ferrdma-nic: QEMU qtest"
+	"$here/in-sysroot.sh" bash /ferrdma/src/tools/ferrdma-nic/tests/qemu-qtest.sh 2>&1 | tee "$out/qemu-qtest.log"
+	rc=${PIPESTATUS[0]}
+	last=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$out/qemu-qtest.log" | tail -1)
+	p=$(sed -nE 's/.*\b([0-9]+) passed.*/\1/p' <<<"$last"); f=$(sed -nE 's/.*\b([0-9]+) failed.*/\1/p' <<<"$last")
+	[ -n "$p" ] || { p=0; f=1; }
+	[ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
+	passed=$((passed + p)) failed=$((failed + f))
+fi
+
+# 4. The VM suite.
 if [ "$kernel_ok" = 1 ] && [ "$nic_ok" = 1 ]; then
 	step "VM suite"
 	"$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/run-tests "$@" 2>&1 | tee "$out/vm-suite.log"

@@ -82,7 +82,8 @@ fi
 log "kernel: building bzImage and modules in $build (cold: ~15 min on 2 cores; log: $build/build.log)"
 start=$(date +%s)
 set +e
-"${mk[@]}" bzImage modules > "$build/build.log" 2>&1 &
+# The kernel first, then the modules: a broken driver must not leave us without a bootable image.
+{ "${mk[@]}" bzImage && "${mk[@]}" modules; } > "$build/build.log" 2>&1 &
 pid=$!
 next=$((start + 30))
 while kill -0 "$pid" 2>/dev/null; do

@@ -39,7 +39,9 @@ _VERSION = re.compile(r"^(\s*)K?TAP version \d+\s*$")
 _SUBTEST = re.compile(r"^(\s*)# Subtest: (\S.*?)\s*$")
 _RESULT = re.compile(r"^(\s*)(ok|not ok) (\d+)(?: -)?(?: ([^#]*?))?\s*(?:#\s*(.*?))?\s*$")
 _DIAG = re.compile(r"^(\s*)# ?(.*?)\s*$")
-_COUNTS = re.compile(r"^(?:\S+|Totals): pass:\d+")  # "# suite: pass:1 fail:0 ..." summaries
+# Diagnostic lines that are not worth keeping: "# suite: pass:1 fail:0 ..." summaries and
+# the "# [case.]speed: normal" attribute lines.
+_NOISE = re.compile(r"^(?:(?:\S+|Totals): pass:\d+|(?:\S+\.)?speed: \S+$|module: )")
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -129,7 +131,7 @@ def parse(lines: Iterable[str]) -> list[Case]:
             continue
         if stack and (m := _DIAG.match(line)) and len(m.group(1)) >= stack[-1].indent:
             text = m.group(2)
-            if not text.startswith("module:") and not _COUNTS.match(text):
+            if not _NOISE.match(text):
                 stack[-1].diagnostics.append(text)
     while stack:
         abandon_top()

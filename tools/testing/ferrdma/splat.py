@@ -28,8 +28,9 @@ Lines that are never splats: the ``Kernel command line:`` echo (it repeats whate
 passed) and lines matching ALLOWED (known-benign messages; keep that list short and justified).
 
 A test that *provokes* a splat on purpose (fault injection, say) brackets it with the lines
-``ferrdma-test: expected splat begin`` and ``ferrdma-test: expected splat end`` written to
-/dev/kmsg; matches between them are reported as expected and do not fail the run.
+``ferrdma-test: expected splat begin [KIND...]`` and ``ferrdma-test: expected splat end``
+written to /dev/kmsg; matches between them (only those of the given kinds, if any are named,
+e.g. ``kmemleak``) are reported as expected and do not fail the run.
 
 Usage as a program: ``python3 splat.py FILE...`` prints the splats and exits 1 if there are any.
 """
@@ -129,18 +130,19 @@ def classify(line: str) -> str | None:
 def scan_lines(lines: Iterable[str], source: str = "") -> list[Splat]:
     """Scans lines of a kernel log; returns every splat line, in order."""
     found = []
-    expecting = False
+    expecting: set[str] | None = None  # kinds expected now; empty: all; None: none
     for lineno, raw in enumerate(lines, 1):
         line = strip_timestamp(raw)
         if EXPECT_BEGIN in line:
-            expecting = True
+            expecting = set(line.split(EXPECT_BEGIN, 1)[1].split())
             continue
         if EXPECT_END in line:
-            expecting = False
+            expecting = None
             continue
         kind = classify(line)
         if kind is not None:
-            found.append(Splat(kind, line, source, lineno, expecting))
+            expected = expecting is not None and (not expecting or kind in expecting)
+            found.append(Splat(kind, line, source, lineno, expected))
     return found
 
 

@@ -99,6 +99,18 @@ class SplatTest(unittest.TestCase):
         self.assertEqual([s.lineno for s in splat.failures(found)], [1, 6])
         self.assertEqual(str(found[0]), "vm1.console:1: warning: WARNING: CPU: 0 PID: 1 at a.c:1 f+0x0/0x1")
 
+    def test_expected_region_of_one_kind(self):
+        log = "\n".join([
+            "[ 2.0] ferrdma-test: expected splat begin kmemleak",
+            "[ 2.1] kmemleak: 3 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
+            "[ 2.2] WARNING: CPU: 0 PID: 1 at b.c:1 g+0x0/0x1",
+            "[ 2.3] ferrdma-test: expected splat end",
+            "[ 2.4] kmemleak: 1 new suspected memory leak (see /sys/kernel/debug/kmemleak)",
+        ])
+        found = splat.scan_text(log)
+        self.assertEqual([(s.kind, s.expected) for s in found],
+                         [("kmemleak", True), ("warning", False), ("kmemleak", False)])
+
     def test_dedup_across_sources(self):
         a = splat.scan_text("[ 1.0] WARNING: x at y", "console")
         b = splat.scan_text("[    1.000000] WARNING: x at y\n[ 2.0] BUG: z", "dmesg")
@@ -111,8 +123,10 @@ KTAP_LOG = """\
 [    3.000002]     KTAP version 1
 [    3.000003]     # Subtest: ferrdma_ring
 [    3.000004]     # module: ferrdma
+[    3.000004]     # speed: normal
 [    3.000005]     1..4
 [    3.000006]     ok 1 push_pop
+[    3.000007]     # wraps.speed: normal
 [    3.000007]     # wraps: EXPECTATION FAILED at drivers/infiniband/hw/ferrdma/ring.rs:42
 [    3.000007]     Expected head == 0, but
 [    3.000008]     not ok 2 wraps

@@ -7,7 +7,7 @@ use crate::{
     regs,
     selftest::{self, Bar0, Version},
 };
-use kernel::{device::Core, pci, prelude::*};
+use kernel::{device::Core, io::Io, pci, prelude::*};
 
 /// The ferrdma PCI driver.
 pub(crate) struct FerrdmaDriver;

@@ -48,11 +48,10 @@ impl Version {
     }
 }
 
-/// Byte `i` of the DMA test pattern: depends on the position in a way that catches shifted,
-/// truncated, repeated-page and zero-filled copies.
+/// Byte `i` of the DMA test pattern: a multiplicative hash of the position, so that shifted,
+/// truncated, repeated and zero-filled copies all differ from it.
 pub(crate) const fn pattern_byte(i: usize) -> u8 {
-    let page = (i / 4096) as u8;
-    (i as u8).wrapping_mul(31).wrapping_add(page.wrapping_mul(101)) ^ 0x5a
+    ((i as u32 ^ 0x5a5a_5a5a).wrapping_mul(0x9e37_79b1) >> 24) as u8
 }
 
 /// Index of the first byte of `data` that differs from the test pattern.
@@ -140,7 +139,7 @@ pub(crate) fn dma_copy(pdev: &pci::Device<device::Bound>, bar: &Bar0<'_>) -> Res
         *b = pattern_byte(i);
     }
     let src: Coherent<[u8]> = src.into();
-    let dst = Coherent::<[u8]>::zeroed_slice(dev, DMA_TEST_LEN, GFP_KERNEL)?;
+    let dst = Coherent::<u8>::zeroed_slice(dev, DMA_TEST_LEN, GFP_KERNEL)?;
 
     let (src_lo, src_hi) = split_u64(src.dma_address());
     let (dst_lo, dst_hi) = split_u64(dst.dma_address());
@@ -185,16 +184,24 @@ mod tests {
     }
 
     #[test]
-    fn pattern_differs_between_pages_and_neighbours() {
-        assert_ne!(pattern_byte(0), pattern_byte(4096));
-        assert_ne!(pattern_byte(0), pattern_byte(1));
-        assert_ne!(pattern_byte(255), pattern_byte(256 + 255));
-        // A buffer shifted by one byte must not match.
-        let mut shifted = [0u8; 64];
-        for (i, b) in shifted.iter_mut().enumerate() {
-            *b = pattern_byte(i + 1);
+    fn shifted_or_repeated_copies_do_not_match() -> Result {
+        let mut buf = KVec::from_elem(0u8, DMA_TEST_LEN, GFP_KERNEL)?;
+        // A copy that starts `shift` bytes late, as after an off-by-some address bug.
+        for shift in [1usize, 8, 64, 256, 4096] {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = pattern_byte(i + shift);
+            }
+            assert!(first_mismatch(&buf).is_some());
         }
-        assert_eq!(first_mismatch(&shifted), Some(0));
+        // The first page copied twice.
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = pattern_byte(i % 4096);
+        }
+        assert!(first_mismatch(&buf).is_some_and(|i| i >= 4096));
+        // All zeroes, as when the device wrote nothing.
+        buf.iter_mut().for_each(|b| *b = 0);
+        assert!(first_mismatch(&buf).is_some());
+        Ok(())
     }
 
     #[test]

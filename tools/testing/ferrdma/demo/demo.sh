@@ -2,6 +2,7 @@
 # The `make run` demo, run in every VM by the harness: bring up the ferrdma function with the
 # Rust driver and show what the guest sees. Grows with the driver (ibv_devinfo, ib_write_bw...).
 set -euo pipefail
+. "$FERRDMA_HARNESS/guest/lib.sh"
 me="vm$FERRDMA_NODE"
 echo "$me: $(uname -r), LAN $FERRDMA_IP${FERRDMA_PEER_IP:+, peer $FERRDMA_PEER_IP}"
 echo "$me: ferrdma PCI function: $(lspci -nn -d 1234:fe10)"
@@ -10,6 +11,7 @@ dmesg | grep -E 'ferrdma .*: (probe ok|probe)' | sed "s/^/$me: dmesg: /"
 grep -E 'ferrdma' /proc/interrupts | awk -v me="$me" '{ print me ": irq " $1 " " $NF }' || true
 if [ -n "${FERRDMA_PEER_IP:-}" ]; then
 	ping -c 2 -W 5 "$FERRDMA_PEER_IP" | sed "s/^/$me: /"
+	barrier pinged 120   # stay up until the peer has pinged us too
 fi
 rmmod ferrdma
 dmesg | grep -E 'ferrdma .*: removed' | sed "s/^/$me: dmesg: /"
