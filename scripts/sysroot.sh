@@ -13,7 +13,10 @@ command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: run 'apt-get upd
 
 key=$(cat "$here/sysroot-packages.txt" "$here/sysroot.sh" | sha256sum | cut -c1-16)
 root="$FERRDMA_CACHE/sysroot-$key"
-if [ -f "$root/.ferrdma-ready" ]; then
+# A sysroot is usable when it finished building and still has its tools (a half-deleted tree
+# must not pass for a good one).
+usable() { [ -f "$1/.ferrdma-ready" ] && [ -x "$1/usr/bin/qemu-system-x86_64" ] && [ -d "$1/proc" ]; }
+if usable "$root"; then
 	echo "$root"
 	exit 0
 fi
@@ -40,9 +43,10 @@ if ! chroot "$root.tmp" qemu-system-x86_64 -device help 2>/dev/null | grep -q '"
 fi
 touch "$root.tmp/.ferrdma-ready"
 mv "$root.tmp" "$root"
-# Drop stale sysroots of older package lists.
-for old in "$FERRDMA_CACHE"/sysroot-*; do
-	[ "$old" = "$root" ] || rm -rf "$old"
+# Keep the three newest sysroots: other checkouts (worktrees, branches) with other package
+# lists may be using theirs right now; older ones are dropped.
+ls -1dt "$FERRDMA_CACHE"/sysroot-*/.ferrdma-ready 2>/dev/null | tail -n +4 | while read -r ready; do
+	rm -rf "$(dirname "$ready")"
 done
 log "sysroot: ready ($(chroot "$root" qemu-system-x86_64 --version | head -1), $(chroot "$root" rustc --version))"
 echo "$root"

@@ -20,7 +20,8 @@ use thiserror::Error;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
-    TestStatus, BAR0_SIZE, DEVICE_ID_MAGIC, MSIX_VECTORS, REG_ID, REG_MSIX_COUNT, REG_SCRATCH,
+    mac_to_regs, TestStatus, BAR0_SIZE, DEVICE_ID_MAGIC, MSIX_VECTORS, REG_ID, REG_MAC_HI,
+    REG_MAC_LO, REG_MSIX_COUNT, REG_SCRATCH,
     REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN, REG_TEST_DMA_SRC, REG_TEST_IRQ,
     REG_TEST_STATUS, REG_VERSION, TEST_DMA_CTRL_START, TEST_DMA_MAX_LEN, VERSION_MAJOR,
     VERSION_MINOR,
@@ -38,6 +39,7 @@ pub struct Bar0AccessError {
 /// The register state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bar0 {
+    mac: [u8; 6],
     scratch: u32,
     test_status: TestStatus,
     dma_len: u32,
@@ -63,12 +65,24 @@ impl Bar0 {
     /// The reset state: everything 0, `TEST_STATUS` = `Ok`.
     pub fn new() -> Self {
         Self {
+            mac: [0; 6],
             scratch: 0,
             test_status: TestStatus::Ok,
             dma_len: 0,
             dma_src: 0,
             dma_dst: 0,
         }
+    }
+
+    /// The port MAC reported in `MAC_LO`/`MAC_HI`. It is configuration, like an EEPROM
+    /// value: a device reset keeps it.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Sets the port MAC.
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.mac = mac;
     }
 
     /// The status of the last test command.
@@ -93,6 +107,8 @@ impl Bar0 {
             REG_VERSION => (u32::from(VERSION_MAJOR) << 16) | u32::from(VERSION_MINOR),
             REG_SCRATCH => self.scratch,
             REG_MSIX_COUNT => MSIX_VECTORS,
+            REG_MAC_LO => mac_to_regs(self.mac).0,
+            REG_MAC_HI => mac_to_regs(self.mac).1,
             REG_TEST_STATUS => self.test_status as u32,
             REG_TEST_DMA_LEN => self.dma_len,
             r if r == REG_TEST_DMA_SRC => self.dma_src as u32,
@@ -285,7 +301,7 @@ mod tests {
         let mut r = Rig::new();
         assert_eq!(r.r32(REG_ID), DEVICE_ID_MAGIC);
         assert_eq!(r.r32(REG_ID), 0x4652_444d);
-        assert_eq!(r.r32(REG_VERSION), 0x0001_0000);
+        assert_eq!(r.r32(REG_VERSION), 0x0001_0001);
         assert_eq!(r.r32(REG_VERSION) >> 16, u32::from(VERSION_MAJOR));
         assert_eq!(r.r32(REG_MSIX_COUNT), MSIX_VECTORS);
         // Read-only: writes are ignored.
@@ -294,7 +310,7 @@ mod tests {
         r.w32(REG_MSIX_COUNT, 0);
         r.w32(REG_TEST_STATUS, 5);
         assert_eq!(r.r32(REG_ID), DEVICE_ID_MAGIC);
-        assert_eq!(r.r32(REG_VERSION), 0x0001_0000);
+        assert_eq!(r.r32(REG_VERSION), 0x0001_0001);
         assert_eq!(r.r32(REG_MSIX_COUNT), MSIX_VECTORS);
         assert_eq!(r.status(), Some(TestStatus::Ok));
         // Byte-wise reads see the little-endian image: "MDRF".
@@ -304,6 +320,19 @@ mod tests {
         let mut one = [0u8];
         r.bar.read(REG_ID as u64 + 3, &mut one).unwrap();
         assert_eq!(one[0], 0x46);
+    }
+
+    #[test]
+    fn mac_registers_report_the_configured_mac() {
+        let mut r = Rig::new();
+        assert_eq!((r.r32(REG_MAC_LO), r.r32(REG_MAC_HI)), (0, 0));
+        r.bar.set_mac([0x52, 0x54, 0x00, 0xfe, 0x10, 0x02]);
+        assert_eq!(r.r32(REG_MAC_LO), 0xfe00_5452);
+        assert_eq!(r.r32(REG_MAC_HI), 0x0000_0210);
+        // Read-only: writes change nothing.
+        r.w32(REG_MAC_LO, 0);
+        r.w32(REG_MAC_HI, 0xffff_ffff);
+        assert_eq!(r.bar.mac(), [0x52, 0x54, 0x00, 0xfe, 0x10, 0x02]);
     }
 
     #[test]

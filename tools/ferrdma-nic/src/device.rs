@@ -84,6 +84,11 @@ impl Device {
         }
     }
 
+    /// Sets the port MAC the device reports (kept across device resets).
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.bar0.set_mac(mac);
+    }
+
     /// Config space (for inspection).
     pub fn config(&self) -> &ConfigSpace {
         &self.config
@@ -262,7 +267,9 @@ impl Device {
     /// Guest memory mappings and eventfds are client state and stay.
     pub fn reset(&mut self) {
         self.config = ConfigSpace::new();
+        let mac = self.bar0.mac();
         self.bar0 = Bar0::new();
+        self.bar0.set_mac(mac);
         self.msix_bar = MsixBar::new();
         log::info!("{}: reset", self.name);
     }

@@ -22,9 +22,37 @@ struct Cli {
     #[arg(long = "socket", value_name = "PATH", required = true)]
     sockets: Vec<PathBuf>,
 
+    /// Ethernet MAC of the NIC on the socket at the same position (aa:bb:cc:dd:ee:ff). The
+    /// driver binds the RDMA port to the guest network device with this MAC. NICs without one
+    /// get 52:54:00:fe:10:NN, NN = position + 1.
+    #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
+    macs: Vec<[u8; 6]>,
+
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: LevelFilter,
+}
+
+/// Parses a colon-separated MAC address.
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        let p = parts.next().ok_or_else(|| format!("{s}: too few bytes"))?;
+        if p.len() != 2 {
+            return Err(format!("{s}: each byte is two hex digits"));
+        }
+        *byte = u8::from_str_radix(p, 16).map_err(|e| format!("{s}: {e}"))?;
+    }
+    if parts.next().is_some() {
+        return Err(format!("{s}: too many bytes"));
+    }
+    Ok(mac)
+}
+
+/// The default MAC of the NIC at position `i`.
+fn default_mac(i: usize) -> [u8; 6] {
+    [0x52, 0x54, 0x00, 0xfe, 0x10, (i as u8).wrapping_add(1)]
 }
 
 enum Event {
@@ -39,6 +67,10 @@ fn main() -> ExitCode {
         .parse_default_env()
         .init();
 
+    if cli.macs.len() > cli.sockets.len() {
+        log::error!("{} --mac options for {} sockets", cli.macs.len(), cli.sockets.len());
+        return ExitCode::FAILURE;
+    }
     let mut seen = HashSet::new();
     for s in &cli.sockets {
         if !seen.insert(s) {
@@ -78,10 +110,11 @@ fn main() -> ExitCode {
 
     for (i, (listener, file)) in bound.into_iter().enumerate() {
         let tx = tx.clone();
+        let mac = cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i));
         let spawned = std::thread::Builder::new()
             .name(format!("nic{i}"))
             .spawn(move || {
-                let r = serve(listener, &file);
+                let r = serve(listener, &file, mac);
                 let _ = tx.send(Event::Done(i, r));
             });
         if let Err(e) = spawned {
@@ -121,5 +154,26 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_strictly() {
+        assert_eq!(parse_mac("52:54:00:fe:10:0a"), Ok([0x52, 0x54, 0, 0xfe, 0x10, 0x0a]));
+        assert!(parse_mac("52:54:00:fe:10").is_err());
+        assert!(parse_mac("52:54:00:fe:10:0a:01").is_err());
+        assert!(parse_mac("52:54:00:fe:10:g0").is_err());
+        assert!(parse_mac("52:54:00:fe:10:1").is_err());
+        assert!(parse_mac("").is_err());
+    }
+
+    #[test]
+    fn default_macs_follow_the_position() {
+        assert_eq!(default_mac(0), [0x52, 0x54, 0, 0xfe, 0x10, 1]);
+        assert_eq!(default_mac(1), [0x52, 0x54, 0, 0xfe, 0x10, 2]);
     }
 }

@@ -149,10 +149,11 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 ///
 /// A panic inside the protocol library (it has `unwrap`s on malformed messages) ends this
 /// connection with an error instead of taking the process down.
-pub fn serve(listener: UnixListener, socket: &SocketFile) -> Result<(), ServeError> {
+pub fn serve(listener: UnixListener, socket: &SocketFile, mac: [u8; 6]) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
     let mut device = Device::new(name.clone());
+    device.set_mac(mac);
     log::info!("{name}: waiting for a vfio-user client");
     let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut device)));
     // Stop accepting and unlink the socket before reporting.
@@ -243,7 +244,7 @@ mod tests {
         let dir = TmpDir::new("serve.sock");
         let path = dir.path("serve.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6]));
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -256,7 +257,7 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6]));
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();

@@ -94,7 +94,9 @@ cfg_write 0x04 0x6
 
 # Registers.
 check "ID" "readl $(reg 0x0)" 0x4652444d
-check "VERSION" "readl $(reg 0x4)" 0x00010000
+check "VERSION" "readl $(reg 0x4)" 0x00010001
+check "MAC_LO (default MAC 52:54:00:fe:10:01)" "readl $(reg 0x10)" 0xfe005452
+check "MAC_HI" "readl $(reg 0x14)" 0x00000110
 check "SCRATCH reset" "readl $(reg 0x8)" 0
 q "writel $(reg 0x8) 0x12345678"
 check "SCRATCH" "readl $(reg 0x8)" 0x12345678

@@ -532,7 +532,7 @@ def run(cfg: Config) -> RunResult:
                 if cfg.nic is None:
                     continue
                 sock = os.path.join(sockdir, f"nic{i + 1}.sock")
-                nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock],
+                nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1)],
                                 os.path.join(logdir, f"nic{i + 1}.log"))
                 _wait_for_socket(sock, nics[i], 15.0)
             # 2. The VMs; node 1 first, as it creates the LAN socket node 2 connects to.

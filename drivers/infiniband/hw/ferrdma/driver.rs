@@ -3,20 +3,28 @@
 //! The PCI driver: probe brings the function up and proves it works, remove undoes it all.
 
 use crate::{
+    ibdev::{self, FerrdmaIb, IbData, MacFmt},
     interface as hw,
     regs,
     selftest::{self, Bar0, Version},
 };
-use kernel::{device::Core, io::Io, pci, prelude::*};
+use kernel::{
+    device::Core,
+    infiniband::{Registration, RegistrationParams},
+    io::Io,
+    pci,
+    prelude::*,
+};
 
 /// The ferrdma PCI driver.
 pub(crate) struct FerrdmaDriver;
 
 /// Per-function state.
 ///
-/// Fields are dropped in declaration order, which is the teardown order: interrupt vectors are
-/// freed before the BAR is unmapped.
+/// Fields are dropped in declaration order, which is the teardown order: the RDMA device is
+/// unregistered first, then interrupt vectors are freed, then the BAR is unmapped.
 pub(crate) struct FerrdmaData<'bound> {
+    _ib: Registration<'bound, FerrdmaIb>,
     pdev: &'bound pci::Device,
     _vectors: pci::IrqVectorRegistration<'bound>,
     _bar: Bar0<'bound>,
@@ -81,19 +89,43 @@ impl pci::Driver for FerrdmaDriver {
 
         let delivered = selftest::msix(pdev, &bar, &vectors)?;
         let copied = selftest::dma_copy(pdev, &bar)?;
+        let mac = hw::mac_from_regs(
+            bar.read(regs::MAC_LO).into_raw(),
+            bar.read(regs::MAC_HI).into_raw(),
+        );
 
         dev_info!(
             pdev,
-            "probe ok: id {:#x} version {}.{}, {}/{} MSI-X vectors delivered, DMA copy of {} bytes verified\n",
+            "probe ok: id {:#x} version {}.{}, {}/{} MSI-X vectors delivered, DMA copy of {} bytes verified, MAC {}\n",
             id,
             version.major,
             version.minor,
             delivered,
             nvec,
-            copied
+            copied,
+            MacFmt(mac)
         );
 
+        let params = RegistrationParams {
+            name: c"ferrdma%d",
+            node_guid: ibdev::node_guid(mac),
+            num_comp_vectors: nvec.saturating_sub(1).max(1),
+            netdev_mac: mac,
+        };
+        // SAFETY: The registration is stored in the driver data, which the driver core drops
+        // when the device is unbound; it is never leaked.
+        let ib = unsafe {
+            Registration::new(
+                pdev.as_ref(),
+                kernel::module::this_module::<crate::LocalModule>(),
+                params,
+                Ok::<_, Error>(IbData { mac }),
+            )
+        }?;
+        dev_info!(pdev, "registered {}\n", ib.device().name());
+
         Ok(FerrdmaData {
+            _ib: ib,
             pdev,
             _vectors: vectors,
             _bar: bar,

@@ -7,6 +7,7 @@
 //! `Documentation/infiniband/ferrdma/programming-manual.rst`.
 
 mod driver;
+mod ibdev;
 // Shared with the device model, which uses every item: here only a part is reachable.
 #[allow(unreachable_pub, dead_code)]
 mod interface;

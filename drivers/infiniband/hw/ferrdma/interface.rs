@@ -47,7 +47,7 @@ pub const DEVICE_ID_MAGIC: u32 = 0x4652_444d;
 /// Interface major version; the driver refuses a device whose major differs.
 pub const VERSION_MAJOR: u16 = 1;
 /// Interface minor version; additions that keep older drivers working bump it.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -57,6 +57,25 @@ pub const REG_VERSION: usize = 0x004;
 pub const REG_SCRATCH: usize = 0x008;
 /// `MSIX_COUNT` (RO): number of MSI-X vectors the function implements.
 pub const REG_MSIX_COUNT: usize = 0x00c;
+/// `MAC_LO` (RO, since 1.1): bytes 0..3 of the port's Ethernet MAC, byte 0 in bits 7:0.
+pub const REG_MAC_LO: usize = 0x010;
+/// `MAC_HI` (RO, since 1.1): bytes 4..5 of the port's Ethernet MAC in bits 15:0; bits 31:16 are 0.
+pub const REG_MAC_HI: usize = 0x014;
+
+/// Splits a MAC into the (`MAC_LO`, `MAC_HI`) register values.
+pub const fn mac_to_regs(mac: [u8; 6]) -> (u32, u32) {
+    (
+        u32::from_le_bytes([mac[0], mac[1], mac[2], mac[3]]),
+        u32::from_le_bytes([mac[4], mac[5], 0, 0]),
+    )
+}
+
+/// Joins the (`MAC_LO`, `MAC_HI`) register values into a MAC; bits 31:16 of `hi` are ignored.
+pub const fn mac_from_regs(lo: u32, hi: u32) -> [u8; 6] {
+    let l = lo.to_le_bytes();
+    let h = hi.to_le_bytes();
+    [l[0], l[1], l[2], l[3], h[0], h[1]]
+}
 
 /// `TEST_IRQ` (WO): writing a vector number raises that MSI-X vector once.
 /// A number >= [`MSIX_VECTORS`] sets [`REG_TEST_STATUS`] to [`TestStatus::BadVector`].

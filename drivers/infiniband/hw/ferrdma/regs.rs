@@ -30,6 +30,16 @@ register! {
         31:0 count;
     }
 
+    /// Bytes 0..3 of the port MAC.
+    pub(crate) MAC_LO(u32) @ 0x010 {
+        31:0 value;
+    }
+
+    /// Bytes 4..5 of the port MAC.
+    pub(crate) MAC_HI(u32) @ 0x014 {
+        31:0 value;
+    }
+
     /// Raises the given MSI-X vector once.
     pub(crate) TEST_IRQ(u32) @ 0x100 {
         31:0 vector;
@@ -77,6 +87,8 @@ const _: () = {
     assert!(<VERSION as Register>::OFFSET == hw::REG_VERSION);
     assert!(<SCRATCH as Register>::OFFSET == hw::REG_SCRATCH);
     assert!(<MSIX_COUNT as Register>::OFFSET == hw::REG_MSIX_COUNT);
+    assert!(<MAC_LO as Register>::OFFSET == hw::REG_MAC_LO);
+    assert!(<MAC_HI as Register>::OFFSET == hw::REG_MAC_HI);
     assert!(<TEST_IRQ as Register>::OFFSET == hw::REG_TEST_IRQ);
     assert!(<TEST_STATUS as Register>::OFFSET == hw::REG_TEST_STATUS);
     assert!(<TEST_DMA_LEN as Register>::OFFSET == hw::REG_TEST_DMA_LEN);

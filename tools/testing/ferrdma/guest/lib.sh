@@ -5,12 +5,12 @@
 # It turns on `set -euo pipefail`, so any failing command ends the test.
 #
 # The driver's probe summary line. The driver prints exactly one per bound device:
-#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.0, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified
+#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.1, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01
 # FERRDMA_PROBE_RE (an extended regex, for grep -E) matches it after the printk timestamp:
 # "ferrdma", the PCI address, then the text with the expected id (the "FRDM" magic), interface
-# version 1.0, all 8 MSI-X vectors and the 8 KiB DMA self-test.
+# version 1.x, all 8 MSI-X vectors and the 8 KiB DMA self-test.
 # shellcheck disable=SC2034 # for the scripts that source this file, like the two below
-FERRDMA_PROBE_RE='ferrdma [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: probe ok: id 0x4652444d version 1\.0, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified$'
+FERRDMA_PROBE_RE='ferrdma [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: probe ok: id 0x4652444d version 1\.[0-9]+, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC ([0-9a-f]{2}:){5}[0-9a-f]{2}$'
 # The PCI vendor:device of the ferrdma function (drivers/infiniband/hw/ferrdma/interface.rs).
 # shellcheck disable=SC2034
 FERRDMA_PCI_ID=1234:fe10

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device and port attributes.
+
+use crate::bindings;
+
+/// An InfiniBand path MTU (`enum ib_mtu`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = bindings::ib_mtu_IB_MTU_256,
+    /// 512 bytes.
+    Mtu512 = bindings::ib_mtu_IB_MTU_512,
+    /// 1024 bytes.
+    Mtu1024 = bindings::ib_mtu_IB_MTU_1024,
+    /// 2048 bytes.
+    Mtu2048 = bindings::ib_mtu_IB_MTU_2048,
+    /// 4096 bytes.
+    Mtu4096 = bindings::ib_mtu_IB_MTU_4096,
+}
+
+impl Mtu {
+    /// The MTU in bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::infiniband::Mtu;
+    /// assert_eq!(Mtu::Mtu1024.bytes(), 1024);
+    /// assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+    /// ```
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+
+    /// Converts an `enum ib_mtu` value; `None` for values outside the enum.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::infiniband::Mtu;
+    /// assert_eq!(Mtu::from_raw(3), Some(Mtu::Mtu1024));
+    /// assert_eq!(Mtu::from_raw(0), None);
+    /// assert_eq!(Mtu::from_raw(6), None);
+    /// ```
+    pub const fn from_raw(raw: u32) -> Option<Self> {
+        match raw {
+            bindings::ib_mtu_IB_MTU_256 => Some(Self::Mtu256),
+            bindings::ib_mtu_IB_MTU_512 => Some(Self::Mtu512),
+            bindings::ib_mtu_IB_MTU_1024 => Some(Self::Mtu1024),
+            bindings::ib_mtu_IB_MTU_2048 => Some(Self::Mtu2048),
+            bindings::ib_mtu_IB_MTU_4096 => Some(Self::Mtu4096),
+            _ => None,
+        }
+    }
+}
+
+/// Device capabilities reported by `query_device`. Fields left at zero report "none".
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeviceAttr {
+    /// Firmware version.
+    pub fw_ver: u64,
+    /// System image GUID, in host order.
+    pub sys_image_guid: u64,
+    /// Largest memory region in bytes.
+    pub max_mr_size: u64,
+    /// Supported page sizes (bit N set: 2^N bytes).
+    pub page_size_cap: u64,
+    /// Vendor id reported to users (need not be the PCI vendor id).
+    pub vendor_id: u32,
+    /// Vendor part id reported to users.
+    pub vendor_part_id: u32,
+    /// Hardware revision.
+    pub hw_ver: u32,
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per send work request.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive work request.
+    pub max_recv_sge: u32,
+    /// Scatter/gather entries per RDMA READ.
+    pub max_sge_rd: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Outstanding RDMA READs a QP responds to.
+    pub max_qp_rd_atom: u32,
+    /// Outstanding RDMA READs a QP initiates.
+    pub max_qp_init_rd_atom: u32,
+    /// Outstanding RDMA READs the device responds to in total.
+    pub max_res_rd_atom: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Partition keys.
+    pub max_pkeys: u16,
+    /// Local CA ACK delay (4.096 us * 2^n).
+    pub local_ca_ack_delay: u8,
+    /// `IB_DEVICE_*` capability flags.
+    pub device_cap_flags: u64,
+}
+
+impl DeviceAttr {
+    /// Writes these attributes into a C `ib_device_attr`.
+    pub(crate) fn write_to(&self, out: &mut bindings::ib_device_attr) {
+        out.fw_ver = self.fw_ver;
+        out.sys_image_guid = self.sys_image_guid.to_be();
+        out.max_mr_size = self.max_mr_size;
+        out.page_size_cap = self.page_size_cap;
+        out.vendor_id = self.vendor_id;
+        out.vendor_part_id = self.vendor_part_id;
+        out.hw_ver = self.hw_ver;
+        out.max_qp = self.max_qp;
+        out.max_qp_wr = self.max_qp_wr;
+        out.max_send_sge = self.max_send_sge;
+        out.max_recv_sge = self.max_recv_sge;
+        out.max_sge_rd = self.max_sge_rd;
+        out.max_cq = self.max_cq;
+        out.max_cqe = self.max_cqe;
+        out.max_mr = self.max_mr;
+        out.max_pd = self.max_pd;
+        out.max_qp_rd_atom = self.max_qp_rd_atom;
+        out.max_qp_init_rd_atom = self.max_qp_init_rd_atom;
+        out.max_res_rd_atom = self.max_res_rd_atom;
+        out.max_ah = self.max_ah;
+        out.max_pkeys = self.max_pkeys;
+        out.local_ca_ack_delay = self.local_ca_ack_delay;
+        out.device_cap_flags = self.device_cap_flags;
+    }
+}
+
+/// The static properties of a RoCE port.
+#[derive(Clone, Copy, Debug)]
+pub struct RocePort {
+    /// Entries in the port's GID table.
+    pub gid_tbl_len: u32,
+    /// Largest path MTU the port supports.
+    pub max_mtu: Mtu,
+    /// Largest message in bytes.
+    pub max_msg_sz: u32,
+}
+
+/// The active path MTU of a RoCE port: the largest IB MTU whose RoCEv2 packet fits the
+/// Ethernet MTU, capped by the port's maximum.
+///
+/// `ib_mtu` is the value `iboe_get_mtu()` computed for the Ethernet MTU (0 if none fits).
+pub(crate) fn active_mtu(max: Mtu, ib_mtu: u32) -> Mtu {
+    match Mtu::from_raw(ib_mtu) {
+        Some(m) if m < max => m,
+        Some(_) => max,
+        None => Mtu::Mtu256,
+    }
+}

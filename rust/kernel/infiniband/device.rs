@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA device allocation, registration and the ops table.
+
+use super::{attr, netdev::NetdevBinding, DeviceAttr, Driver};
+use crate::{
+    bindings, device,
+    error::{from_result, to_result},
+    ffi::c_int,
+    prelude::*,
+    str::CStrExt,
+    types::Opaque,
+    ThisModule,
+};
+use core::{cell::UnsafeCell, marker::PhantomData, ptr::NonNull};
+
+/// An RDMA device of driver `T` (`struct ib_device`).
+///
+/// # Invariants
+///
+/// - `ib` is at offset 0 and was allocated by `_ib_alloc_device()` with the size of `Self`.
+/// - `reg_data` is null until the owning [`Registration`] stores a pointer to its data, which
+///   stays valid until the device has been unregistered.
+#[repr(C)]
+pub struct Device<T: Driver> {
+    ib: Opaque<bindings::ib_device>,
+    reg_data: UnsafeCell<*const T::RegistrationData<'static>>,
+}
+
+// SAFETY: The C side synchronises access to the `ib_device`; `reg_data` is written only before
+// registration, when the device is not yet shared.
+unsafe impl<T: Driver> Send for Device<T> {}
+// SAFETY: See `Send`.
+unsafe impl<T: Driver> Sync for Device<T> {}
+
+impl<T: Driver> Device<T> {
+    /// The device name, e.g. `ferrdma0`.
+    pub fn name(&self) -> &CStr {
+        // SAFETY: `name` is a NUL-terminated array inside the live `ib_device`; ib_core changes
+        // it only on rename, under the device's registration lock.
+        unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
+    }
+
+    /// Returns the raw `ib_device` pointer.
+    pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
+        self.ib.get()
+    }
+
+    /// Borrows the device from a raw `ib_device` pointer that ib_core passed to a callback.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to the `ib_device` of a live `Device<T>`.
+    unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `ib` is at offset 0 (type invariant), so the cast is to the containing struct.
+        unsafe { &*ptr.cast::<Self>() }
+    }
+
+    /// Calls `f` with the registration data.
+    ///
+    /// The higher-ranked closure keeps the erased lifetime from escaping.
+    ///
+    /// # Safety
+    ///
+    /// Must only be called from an ib_core callback, which runs between the store of
+    /// `reg_data` in [`Registration::new`] and the end of `ib_unregister_device()`.
+    unsafe fn with_data<R>(&self, f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>) -> R) -> R {
+        // SAFETY: By the function's safety requirement the pointer was stored and is valid.
+        let data = unsafe { &*(*self.reg_data.get()).cast::<T::RegistrationData<'_>>() };
+        f(data)
+    }
+}
+
+/// Registration parameters of an RDMA device.
+pub struct RegistrationParams {
+    /// Name pattern, e.g. `c"ferrdma%d"`.
+    pub name: &'static CStr,
+    /// Node GUID, in host order.
+    pub node_guid: u64,
+    /// Number of completion vectors.
+    pub num_comp_vectors: u32,
+    /// The Ethernet MAC of the network device that port 1 is bound to (RoCE GIDs come from
+    /// its IP addresses). The binding follows the network device: it is made when a device
+    /// with this MAC registers or takes this address, and dropped when it unregisters.
+    pub netdev_mac: [u8; 6],
+}
+
+/// A registered RDMA device.
+///
+/// Dropping it unregisters the device (waiting for every user context to be closed), then
+/// frees it and the registration data.
+pub struct Registration<'a, T: Driver> {
+    dev: NonNull<Device<T>>,
+    netdev: Pin<KBox<NetdevBinding>>,
+    _data: Pin<KBox<T::RegistrationData<'a>>>,
+    _p: PhantomData<&'a ()>,
+}
+
+// SAFETY: The registration only hands out shared references to thread-safe data.
+unsafe impl<T: Driver> Send for Registration<'_, T> {}
+// SAFETY: See `Send`.
+unsafe impl<T: Driver> Sync for Registration<'_, T> {}
+
+impl<'a, T: Driver> Registration<'a, T> {
+    /// Allocates, binds and registers an RDMA device with one RoCE port under `parent`.
+    ///
+    /// # Safety
+    ///
+    /// The returned registration must not be leaked (`mem::forget` or similar): it must be
+    /// dropped before `parent` is unbound, as callbacks borrow `data` for `'a`.
+    pub unsafe fn new(
+        parent: &'a device::Device<device::Bound>,
+        module: &'static ThisModule,
+        params: RegistrationParams,
+        data: impl PinInit<T::RegistrationData<'a>, Error>,
+    ) -> Result<Self> {
+        let data = KBox::pin_init(data, GFP_KERNEL)?;
+
+        // SAFETY: `init_net` is the initial network namespace, valid for the kernel's lifetime;
+        // the size covers `Device<T>`, whose `ib_device` is at offset 0.
+        let raw = unsafe {
+            bindings::_ib_alloc_device(
+                core::mem::size_of::<Device<T>>(),
+                &raw mut bindings::init_net,
+            )
+        };
+        let dev = NonNull::new(raw.cast::<Device<T>>()).ok_or(ENOMEM)?;
+        let guard = AllocGuard(raw);
+
+        // SAFETY: `raw` is a freshly allocated, not yet shared `ib_device`.
+        unsafe {
+            let ib = &mut *raw;
+            ib.node_type = bindings::RDMA_NODE_IB_CA as u8;
+            ib.phys_port_cnt = 1;
+            ib.num_comp_vectors = c_int::try_from(params.num_comp_vectors)?;
+            ib.node_guid = params.node_guid.to_be();
+            ib.__bindgen_anon_1.dev.parent = parent.as_raw();
+            let data_ptr: *const T::RegistrationData<'a> = &*data;
+            *(*dev.as_ptr()).reg_data.get() = data_ptr.cast();
+
+            let mut ops = VTable::<T>::OPS;
+            ops.owner = module.as_ptr();
+            // ib_set_device_ops() copies the table, so a stack copy carrying `owner` is fine.
+            bindings::ib_set_device_ops(raw, &ops);
+        }
+
+        let netdev = KBox::pin_init(NetdevBinding::new(raw, 1, params.netdev_mac), GFP_KERNEL)?;
+        netdev.as_ref().register()?;
+
+        // SAFETY: The device is fully set up; `parent` is a bound device, used for DMA mapping.
+        to_result(unsafe {
+            bindings::ib_register_device(raw, params.name.as_char_ptr(), parent.as_raw())
+        })
+        .inspect_err(|_| netdev.as_ref().unregister())?;
+
+        core::mem::forget(guard);
+        Ok(Self {
+            dev,
+            netdev,
+            _data: data,
+            _p: PhantomData,
+        })
+    }
+
+    /// The registered device.
+    pub fn device(&self) -> &Device<T> {
+        // SAFETY: The device lives until `self` is dropped.
+        unsafe { self.dev.as_ref() }
+    }
+}
+
+impl<T: Driver> Drop for Registration<'_, T> {
+    fn drop(&mut self) {
+        let raw = self.device().as_raw();
+        // SAFETY: The device was registered in `new`; after this returns no callback runs.
+        unsafe { bindings::ib_unregister_device(raw) };
+        self.netdev.as_ref().unregister();
+        // SAFETY: The device is unregistered and nothing references it any more.
+        unsafe { bindings::ib_dealloc_device(raw) };
+    }
+}
+
+/// Frees a device allocated by `_ib_alloc_device()` if registration fails.
+struct AllocGuard(*mut bindings::ib_device);
+
+impl Drop for AllocGuard {
+    fn drop(&mut self) {
+        // SAFETY: The device was allocated and never registered.
+        unsafe { bindings::ib_dealloc_device(self.0) };
+    }
+}
+
+/// `IB_MGMT_MAD_SIZE`: a MAD is 256 bytes (a macro expression bindgen does not evaluate).
+const IB_MGMT_MAD_SIZE: u32 = 256;
+
+/// The `ib_device_ops` table of driver `T`.
+struct VTable<T: Driver>(PhantomData<T>);
+
+impl<T: Driver> VTable<T> {
+    const OPS: bindings::ib_device_ops = bindings::ib_device_ops {
+        driver_id: T::DRIVER_ID as u32,
+        uverbs_abi_ver: T::UVERBS_ABI_VER,
+        query_device: Some(Self::query_device),
+        query_port: Some(Self::query_port),
+        get_port_immutable: Some(Self::get_port_immutable),
+        get_link_layer: Some(Self::get_link_layer),
+        query_pkey: Some(Self::query_pkey),
+        add_gid: Some(Self::add_gid),
+        del_gid: Some(Self::del_gid),
+        // SAFETY: `ib_device_ops` is a table of integers and nullable pointers.
+        ..unsafe { core::mem::zeroed() }
+    };
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a device of driver `T` and valid pointers.
+    unsafe extern "C" fn query_device(
+        ib: *mut bindings::ib_device,
+        out: *mut bindings::ib_device_attr,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `udata` is null or valid (callback contract).
+            if let Some(u) = unsafe { udata.as_ref() } {
+                if u.inlen != 0 || u.outlen != 0 {
+                    return Err(EINVAL);
+                }
+            }
+            // SAFETY: `ib` belongs to a `Device<T>` (callback contract).
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            // SAFETY: Called from an ib_core callback.
+            let attr: DeviceAttr = unsafe { dev.with_data(|d| T::query_device(d)) };
+            // SAFETY: `out` is valid for writes (callback contract).
+            attr.write_to(unsafe { &mut *out });
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a device of driver `T` and valid pointers.
+    unsafe extern "C" fn query_port(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        out: *mut bindings::ib_port_attr,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `ib` belongs to a `Device<T>` (callback contract).
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            // SAFETY: Called from an ib_core callback.
+            let p = unsafe { dev.with_data(|d| T::query_port(d, port)) };
+            // SAFETY: `out` is valid for writes; ib_core zeroed it.
+            let a = unsafe { &mut *out };
+            a.gid_tbl_len = c_int::try_from(p.gid_tbl_len)?;
+            a.set_ip_gids(1);
+            // The uverbs port capability bits mirror the kernel's IB_PORT_* bits.
+            a.port_cap_flags = bindings::ib_uverbs_query_port_cap_flags_IB_UVERBS_PCF_CM_SUP
+                | bindings::ib_uverbs_query_port_cap_flags_IB_UVERBS_PCF_IP_BASED_GIDS;
+            a.max_msg_sz = p.max_msg_sz;
+            a.pkey_tbl_len = 1;
+            a.max_vl_num = 1;
+            a.max_mtu = p.max_mtu as u32;
+            a.state = bindings::ib_port_state_IB_PORT_DOWN;
+            a.phys_state = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8;
+            a.active_mtu = p.max_mtu as u32;
+
+            // SAFETY: `ib` is valid; a non-null result holds a reference we drop below.
+            let ndev = unsafe { bindings::ib_device_get_netdev(ib, port) };
+            if !ndev.is_null() {
+                // SAFETY: `ndev` is a held, valid net_device.
+                unsafe {
+                    a.state = bindings::ib_get_curr_port_state(ndev);
+                    if a.state == bindings::ib_port_state_IB_PORT_ACTIVE {
+                        a.phys_state = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8;
+                    }
+                    let mtu = c_int::try_from((*ndev).mtu).unwrap_or(0);
+                    a.active_mtu = attr::active_mtu(p.max_mtu, bindings::iboe_get_mtu(mtu)) as u32;
+                    bindings::dev_put(ndev);
+                }
+            }
+            // SAFETY: `ib` is valid; the output pointers are fields of `a`.
+            unsafe { bindings::ib_get_eth_speed(ib, port, &mut a.active_speed, &mut a.active_width) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a device of driver `T` and valid pointers.
+    unsafe extern "C" fn get_port_immutable(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        out: *mut bindings::ib_port_immutable,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `ib` belongs to a `Device<T>` (callback contract).
+            let dev = unsafe { Device::<T>::from_raw(ib) };
+            // SAFETY: Called from an ib_core callback.
+            let p = unsafe { dev.with_data(|d| T::query_port(d, port)) };
+            // SAFETY: `out` is valid for writes (callback contract).
+            let imm = unsafe { &mut *out };
+            imm.pkey_tbl_len = 1;
+            imm.gid_tbl_len = c_int::try_from(p.gid_tbl_len)?;
+            imm.core_cap_flags = bindings::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+            imm.max_mad_size = IB_MGMT_MAD_SIZE;
+            Ok(0)
+        })
+    }
+
+    unsafe extern "C" fn get_link_layer(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+    ) -> bindings::rdma_link_layer {
+        bindings::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+    }
+
+    /// # Safety
+    ///
+    /// `pkey` is valid for writes (callback contract).
+    unsafe extern "C" fn query_pkey(
+        _ib: *mut bindings::ib_device,
+        _port: u32,
+        index: u16,
+        pkey: *mut u16,
+    ) -> c_int {
+        if index > 0 {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `pkey` is valid for writes (callback contract).
+        unsafe { *pkey = 0xffff };
+        0
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a valid GID attribute of a device of driver `T`.
+    unsafe extern "C" fn add_gid(
+        attr: *const bindings::ib_gid_attr,
+        _context: *mut *mut core::ffi::c_void,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `attr` and its device are valid (callback contract).
+            let (dev, port, index) =
+                unsafe { (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index) };
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::add_gid(d, port, index.into())) }?;
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a valid GID attribute of a device of driver `T`.
+    unsafe extern "C" fn del_gid(
+        attr: *const bindings::ib_gid_attr,
+        _context: *mut *mut core::ffi::c_void,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `attr` and its device are valid (callback contract).
+            let (dev, port, index) =
+                unsafe { (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index) };
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::del_gid(d, port, index.into())) }?;
+            Ok(0)
+        })
+    }
+}

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Binding an RDMA port to the network device with the same MAC address.
+//!
+//! RoCE GIDs come from the IP addresses of the port's network device, and rdma_cm finds the RDMA
+//! device through them, so the port must follow its network device: bound when a device with
+//! the MAC registers (or an existing one is found at registration: the notifier replays
+//! `NETDEV_REGISTER` for every existing device), rebound when addresses change, and unbound on
+//! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires.
+
+use crate::{bindings, error::to_result, prelude::*, types::Opaque};
+use crate::ffi::{c_int, c_void};
+
+/// A netdevice notifier that keeps port `port` of `ib` bound to the device whose MAC is `mac`.
+///
+/// # Invariants
+///
+/// `ib` points to an allocated `ib_device` that outlives the registration of `nb`.
+#[pin_data]
+pub(crate) struct NetdevBinding {
+    #[pin]
+    nb: Opaque<bindings::notifier_block>,
+    ib: *mut bindings::ib_device,
+    port: u32,
+    mac: [u8; 6],
+}
+
+// SAFETY: The notifier callback runs under RTNL; `ib` is only passed to thread-safe ib_core calls.
+unsafe impl Send for NetdevBinding {}
+// SAFETY: See `Send`.
+unsafe impl Sync for NetdevBinding {}
+
+impl NetdevBinding {
+    /// Creates an unregistered binding.
+    pub(crate) fn new(ib: *mut bindings::ib_device, port: u32, mac: [u8; 6]) -> impl PinInit<Self> {
+        pin_init!(Self {
+            // SAFETY: An all-zero `notifier_block` is valid; the callback is set in `register`.
+            nb <- Opaque::ffi_init(|nb: *mut bindings::notifier_block| unsafe {
+                nb.write(core::mem::zeroed());
+                (*nb).notifier_call = Some(Self::event);
+            }),
+            ib,
+            port,
+            mac,
+        })
+    }
+
+    /// Registers the notifier; existing network devices are replayed to it.
+    pub(crate) fn register(self: Pin<&Self>) -> Result {
+        // SAFETY: `nb` is pinned and stays valid until `unregister`.
+        to_result(unsafe { bindings::register_netdevice_notifier(self.nb.get()) })
+    }
+
+    /// Unregisters the notifier; no callback runs after this returns.
+    pub(crate) fn unregister(self: Pin<&Self>) {
+        // SAFETY: `nb` was registered by `register`.
+        unsafe { bindings::unregister_netdevice_notifier(self.nb.get()) };
+    }
+
+    fn matches(&self, ndev: *mut bindings::net_device) -> bool {
+        // SAFETY: The notifier gets a valid net_device; RTNL keeps its address stable.
+        unsafe {
+            (*ndev).type_ == bindings::ARPHRD_ETHER as u16
+                && usize::from((*ndev).addr_len) == self.mac.len()
+                && !(*ndev).dev_addr.is_null()
+                && core::slice::from_raw_parts((*ndev).dev_addr, self.mac.len()) == self.mac
+        }
+    }
+
+    /// Whether `ndev` is the device port `port` is bound to now.
+    fn is_bound_to(&self, ndev: *mut bindings::net_device) -> bool {
+        // SAFETY: `ib` is valid (type invariant); a non-null result holds a reference.
+        let cur = unsafe { bindings::ib_device_get_netdev(self.ib, self.port) };
+        if cur.is_null() {
+            return false;
+        }
+        // SAFETY: `cur` holds a reference taken just above.
+        unsafe { bindings::dev_put(cur) };
+        core::ptr::eq(cur, ndev)
+    }
+
+    fn set(&self, ndev: *mut bindings::net_device) {
+        // SAFETY: `ib` is valid; `ndev` is null or a registered device (we run under RTNL in
+        // its notifier chain, before it unregisters).
+        let ret = unsafe { bindings::ib_device_set_netdev(self.ib, ndev, self.port) };
+        if ret != 0 {
+            pr_warn!("ib_device_set_netdev failed: {}\n", ret);
+        }
+    }
+
+    unsafe extern "C" fn event(
+        nb: *mut bindings::notifier_block,
+        event: crate::ffi::c_ulong,
+        ptr: *mut c_void,
+    ) -> c_int {
+        // SAFETY: `nb` is the `nb` field of a `NetdevBinding` (only `new` installs this callback).
+        let this = unsafe { &*crate::container_of!(Opaque::cast_from(nb), Self, nb) };
+        // SAFETY: netdevice notifiers are passed a `netdev_notifier_info`.
+        let ndev = unsafe { bindings::netdev_notifier_info_to_dev(ptr.cast()) };
+        if ndev.is_null() {
+            return bindings::NOTIFY_DONE as c_int;
+        }
+        match event as u32 {
+            bindings::netdev_cmd_NETDEV_REGISTER | bindings::netdev_cmd_NETDEV_CHANGEADDR => {
+                if this.matches(ndev) {
+                    this.set(ndev);
+                } else if this.is_bound_to(ndev) {
+                    this.set(core::ptr::null_mut());
+                }
+            }
+            bindings::netdev_cmd_NETDEV_UNREGISTER => {
+                if this.is_bound_to(ndev) {
+                    this.set(core::ptr::null_mut());
+                }
+            }
+            _ => {}
+        }
+        bindings::NOTIFY_DONE as c_int
+    }
+}
