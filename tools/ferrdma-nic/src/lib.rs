@@ -14,6 +14,7 @@ pub mod irq_request;
 pub mod mapping;
 pub mod msix;
 pub mod msix_bar;
+pub mod rdma;
 pub mod server;
 pub mod vfio_layout;
 

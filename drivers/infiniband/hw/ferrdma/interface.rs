@@ -487,6 +487,8 @@ pub mod admin_status {
     pub const DMA_FAULT: u16 = 8;
     /// Valid but not implemented (e.g. a feature bit this device lacks).
     pub const NOT_SUPPORTED: u16 = 9;
+    /// The device ran out of an internal resource (e.g. page-list memory).
+    pub const NO_RESOURCES: u16 = 10;
 }
 
 wire_struct! {
