@@ -20,3 +20,5 @@ pub mod vfio_layout;
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod testhost;
