@@ -29,6 +29,9 @@ pub const RAM_BASE: u64 = 0x1_0000_0000;
 pub const RAM_SIZE: u64 = 8 << 20;
 /// VA offset of registered memory (iova = gpa + VA_OFFSET), so translation is exercised.
 pub const VA_OFFSET: u64 = 0x7f00_0000_0000;
+/// Guard bytes before and after guest RAM in the memfd.
+pub const GUARD: u64 = 4096;
+const GUARD_BYTE: u8 = 0xa5;
 /// Admin ring entries.
 pub const AQ_ENTRIES: u32 = 8;
 
@@ -176,11 +179,16 @@ impl Host {
     /// A device with guest RAM mapped, bus mastering and MSI-X on, vectors wired, the
     /// engine reset and the admin queue running.
     pub fn new() -> Self {
-        let ram = memfd(RAM_SIZE);
+        // Guest RAM sits between two guard pages of the memfd that are never mapped to the
+        // device; `guards_intact` checks that the device never wrote them.
+        let ram = memfd(RAM_SIZE + 2 * GUARD);
+        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], 0).unwrap();
+        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], GUARD + RAM_SIZE)
+            .unwrap();
         let mut dev = Device::new("testhost");
         dev.dma_map(
             DMA_MAP_READ | DMA_MAP_WRITE,
-            0,
+            GUARD,
             RAM_BASE,
             RAM_SIZE,
             Some(ram.try_clone().unwrap()),
@@ -226,6 +234,30 @@ impl Host {
         h
     }
 
+    /// Whether the guard pages around guest RAM still hold their pattern.
+    pub fn guards_intact(&self) -> bool {
+        let mut b = vec![0u8; GUARD as usize];
+        [0, GUARD + RAM_SIZE].iter().all(|&off| {
+            self.ram.read_exact_at(&mut b, off).unwrap();
+            b.iter().all(|&x| x == GUARD_BYTE)
+        })
+    }
+
+    /// Resets the engine and restarts the admin queue (recovery after hostile input).
+    pub fn restart(&mut self) {
+        self.cfg_w16(4, 0x6);
+        self.set_reg(REG_DEV_CTRL, DEV_CTRL_RESET);
+        for i in 0..AQ_ENTRIES {
+            self.write(self.acq + u64::from(i) * 16, &[0; 16]);
+        }
+        self.set_reg64(REG_AQ_BASE, self.aq);
+        self.set_reg64(REG_ACQ_BASE, self.acq);
+        self.set_reg(REG_AQ_SIZE, AQ_ENTRIES);
+        self.set_reg(REG_AQ_CTRL, AQ_CTRL_ENABLE | AQ_CTRL_IRQ);
+        self.aq_tail = 0;
+        self.aq_phase = true;
+    }
+
     pub fn cfg_w16(&mut self, off: u64, v: u16) {
         self.dev
             .write_region(REGION_CONFIG, off, &v.to_le_bytes())
@@ -241,12 +273,12 @@ impl Host {
     }
 
     pub fn write(&self, gpa: u64, data: &[u8]) {
-        self.ram.write_all_at(data, gpa - RAM_BASE).unwrap();
+        self.ram.write_all_at(data, gpa - RAM_BASE + GUARD).unwrap();
     }
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; len];
-        self.ram.read_exact_at(&mut b, gpa - RAM_BASE).unwrap();
+        self.ram.read_exact_at(&mut b, gpa - RAM_BASE + GUARD).unwrap();
         b
     }
 
@@ -309,6 +341,29 @@ impl Host {
             self.aq_phase = !self.aq_phase;
         }
         c
+    }
+
+    /// Like [`Host::admin_raw`] but tolerant of a queue that hostile register writes have
+    /// broken: `None` if no completion appeared (the caller should [`Host::restart`]).
+    pub fn admin_try(&mut self, mut cmd: [u8; 128]) -> Option<AdminCompletion> {
+        self.cmd_id = self.cmd_id.wrapping_add(1);
+        cmd[2..4].copy_from_slice(&self.cmd_id.to_le_bytes());
+        let slot = self.aq_tail;
+        self.write(self.aq + u64::from(slot) * 128, &cmd);
+        self.aq_tail = (slot + 1) % AQ_ENTRIES;
+        self.set_reg(REG_AQ_TAIL, self.aq_tail);
+        let raw: [u8; 16] = self
+            .read(self.acq + u64::from(slot) * 16, 16)
+            .try_into()
+            .ok()?;
+        let c = AdminCompletion::decode(&raw);
+        if (c.flags & ACQ_FLAG_PHASE != 0) != self.aq_phase || c.cmd_id != self.cmd_id {
+            return None;
+        }
+        if self.aq_tail == 0 {
+            self.aq_phase = !self.aq_phase;
+        }
+        Some(c)
     }
 
     /// Submits a command; returns its status.
