@@ -19,6 +19,8 @@ pub mod server;
 pub mod vfio_layout;
 
 #[cfg(test)]
+mod interface_layout;
+#[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod testhost;

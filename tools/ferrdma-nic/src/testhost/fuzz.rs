@@ -4,7 +4,8 @@
 //! have panicked, must not have written the guard pages around guest RAM, and must still
 //! work after a reset (QUERY_CAPS succeeds).
 //!
-//! `cargo test` runs a few hundred sequences. The long run is
+//! `cargo test` runs 96 sequences per property (`PROPTEST_CASES=N` for more, with
+//! shrinking). The long run is
 //! `FERRDMA_FUZZ_OPS=1000000 cargo test --release -- --ignored fuzz_storm --nocapture`, which
 //! applies that many operations (in sequences of 128 on a fresh device each) from a
 //! deterministic generator and prints the count.
@@ -359,8 +360,16 @@ pub fn check(r: &mut Rig) -> Result<(), String> {
     }
 }
 
+/// Cases per property: 96, or `PROPTEST_CASES` for long runs.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn hostile_sequences_never_panic_escape_or_wedge(ops in prop::collection::vec(op(), 1..48)) {
