@@ -11,6 +11,7 @@ mod datapath_tests;
 mod error_tests;
 mod event_tests;
 mod fuzz;
+mod more_tests;
 
 use std::collections::HashMap;
 use std::fs::File;
