@@ -133,3 +133,41 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!((REG_ID, REG_VERSION, REG_TEST_DMA_CTRL), (0, 4, 0x120));
     assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 0));
 }
+
+#[test]
+fn data_path_helpers_match_the_irdma_test_vectors() {
+    // irdma-abi.md Appendix A.
+    let h = SqHeader {
+        opcode: sq_op::SEND_SOL,
+        valid: true,
+        signaled: true,
+        imm: true,
+        addfragcnt: addfragcnt(3) as u8,
+        ..Default::default()
+    };
+    assert_eq!(sq_wqe_header(h), 0xc000_8085_0000_0000);
+    assert_eq!(addfragcnt(2), 2);
+    assert_eq!(addfragcnt(1), 0);
+    assert_eq!(addfragcnt(4), 4);
+    let w = SqHeader {
+        opcode: sq_op::RDMA_WRITE_SOL,
+        valid: true,
+        signaled: true,
+        imm: true,
+        inline_len: Some(8),
+        low: 0x9988_7766,
+        ..Default::default()
+    };
+    assert_eq!(sq_wqe_header(w), 0xc208_800d_9988_7766);
+    assert_eq!(wqe_fragment_qw1(0x100, 0xaaaa01, true), 0x8000_0100_00aa_aa01);
+    assert_eq!(sq_wqe_quanta(0xc232_0003_0000_0000), 3);
+    assert_eq!(sq_wqe_quanta(0xc000_0100_9988_7766), 3);
+    assert_eq!(sq_wqe_quanta(0x8000_000c_0000_0000), 1);
+    assert_eq!(cq_arm_word(0, false), 0x1c000);
+    assert_eq!(cq_arm_word(0x1c000, true), 0x28000);
+    let i = cqe_info(0xc300_0000_0000_0000);
+    assert!(i.valid && i.sq && !i.error);
+    assert_eq!((i.op, i.wqe_idx), (3, 0));
+    let e = cqe_info((1 << 63) | (1 << 55) | (1 << 16) | 3 | (5 << 32));
+    assert_eq!((e.error, e.major, e.minor, e.wqe_idx, e.sq), (true, 1, 3, 5, false));
+}

@@ -1316,3 +1316,144 @@ pub mod cq_shadow {
 
 /// Bytes of the GRH area at the start of every UD receive buffer.
 pub const UD_GRH_SIZE: u32 = 40;
+
+// --------------------------------------------------------------------------------------------
+// Data-path encode/decode helpers (for kernel-owned QPs and CQs, and the device model).
+// --------------------------------------------------------------------------------------------
+
+/// The fields of an SQ WQE header (qw3 of quantum 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqHeader {
+    /// [`sq_op`] value.
+    pub opcode: u8,
+    /// The ring pass polarity.
+    pub valid: bool,
+    /// Write a CQE on completion.
+    pub signaled: bool,
+    /// Read fence.
+    pub read_fence: bool,
+    /// Immediate data present (in slot 0 qw0, or qw0 of an inline WQE).
+    pub imm: bool,
+    /// Inline data length, if inline.
+    pub inline_len: Option<u8>,
+    /// Fragment slots after slot 0 (even on GEN_2: see [`addfragcnt`]).
+    pub addfragcnt: u8,
+    /// Bits 31:0: rkey, invalidate STag, or AH id.
+    pub low: u32,
+}
+
+/// Encodes an SQ WQE header.
+pub const fn sq_wqe_header(h: SqHeader) -> u64 {
+    let mut v = ((h.opcode as u64) & 0x3f) << wqe::OPCODE_LO
+        | ((h.addfragcnt as u64) & 0xf) << wqe::ADDFRAGCNT_LO
+        | h.low as u64;
+    if h.valid {
+        v |= 1 << wqe::VALID;
+    }
+    if h.signaled {
+        v |= 1 << wqe::SIGCOMPL;
+    }
+    if h.read_fence {
+        v |= 1 << wqe::READFENCE;
+    }
+    if h.imm {
+        v |= 1 << wqe::IMMDATA;
+    }
+    if let Some(len) = h.inline_len {
+        v |= 1 << wqe::INLINE | (len as u64) << wqe::INLINELEN_LO;
+    }
+    v
+}
+
+/// ADDFRAGCNT for `frags` used fragment slots (SGEs plus one for immediate data): GEN_2
+/// adds a zero padding slot when the count is even.
+pub const fn addfragcnt(frags: u32) -> u32 {
+    if frags == 0 {
+        0
+    } else if frags & 1 == 0 {
+        frags
+    } else {
+        frags - 1
+    }
+}
+
+/// Second qword of a fragment slot.
+pub const fn wqe_fragment_qw1(len: u32, stag: u32, valid: bool) -> u64 {
+    (valid as u64) << wqe::VALID | ((len as u64) & 0x7fff_ffff) << wqe::FRAG_LEN_LO | stag as u64
+}
+
+/// Quanta an SQ WQE with this header occupies. Well-formed headers give 1..=8; a bad
+/// ADDFRAGCNT can give 9, which the device rejects.
+pub const fn sq_wqe_quanta(hdr: u64) -> u32 {
+    let op = bits(hdr, wqe::OPCODE_HI, wqe::OPCODE_LO) as u8;
+    if (hdr >> wqe::INLINE) & 1 == 1 {
+        let len = bits(hdr, wqe::INLINELEN_HI, wqe::INLINELEN_LO) as u32;
+        return if len <= 8 {
+            1
+        } else {
+            let q = 1 + (len - 8).div_ceil(31);
+            if q > 8 {
+                8
+            } else {
+                q
+            }
+        };
+    }
+    match op {
+        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW => 1,
+        _ => 1 + (bits(hdr, wqe::ADDFRAGCNT_HI, wqe::ADDFRAGCNT_LO) as u32).div_ceil(2),
+    }
+}
+
+/// The decoded qw3 of a CQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqeInfo {
+    /// Valid bit (compare with the expected polarity).
+    pub valid: bool,
+    /// SQ completion (else RQ).
+    pub sq: bool,
+    /// Error (MAJERR/MINERR meaningful).
+    pub error: bool,
+    /// The next slot is the extension.
+    pub ext: bool,
+    /// Solicited event.
+    pub solicited: bool,
+    /// RC RQ: remote invalidate happened (STag in qw2 31:0). UD: IPv4.
+    pub stag_inv: bool,
+    /// SQ: the WQE opcode; RQ: [`cqe::OP_RECV`] or [`cqe::OP_RECV_RDMA_IMM`].
+    pub op: u8,
+    /// Major error ([`cqe::MAJERR_FLUSH`] for every error this device writes).
+    pub major: u16,
+    /// Minor error ([`flush`] code).
+    pub minor: u16,
+    /// SQ: first quantum of the WQE; RQ: `wqe << rq_shift`.
+    pub wqe_idx: u16,
+}
+
+/// Decodes CQE qw3.
+pub const fn cqe_info(qw3: u64) -> CqeInfo {
+    CqeInfo {
+        valid: (qw3 >> cqe::VALID) & 1 == 1,
+        sq: (qw3 >> cqe::SQ) & 1 == 1,
+        error: (qw3 >> cqe::ERROR) & 1 == 1,
+        ext: (qw3 >> cqe::EXTCQE) & 1 == 1,
+        solicited: (qw3 >> cqe::SOEVENT) & 1 == 1,
+        stag_inv: (qw3 >> cqe::STAG_INV) & 1 == 1,
+        op: bits(qw3, cqe::OP_HI, cqe::OP_LO) as u8,
+        major: (qw3 >> cqe::MAJERR_LO) as u16,
+        minor: qw3 as u16,
+        wqe_idx: bits(qw3, cqe::WQEIDX_HI, cqe::WQEIDX_LO) as u16,
+    }
+}
+
+/// The CQ shadow arm word (qw4) after an arm request, given its previous value: sequence
+/// number + 1, ARM_NEXT_SE always, ARM_NEXT unless solicited-only, SW_CQ_SELECT kept. Store
+/// it, then write the CQ id to the CQ-arm doorbell.
+pub const fn cq_arm_word(prev: u64, solicited_only: bool) -> u64 {
+    let seq = (bits(prev, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) + 1) & 3;
+    let mut v = (prev & 0x3fff) | seq << cq_shadow::ARM_SEQ_LO | 1 << cq_shadow::ARM_NEXT_SE;
+    if !solicited_only {
+        v |= 1 << cq_shadow::ARM_NEXT;
+    }
+    v
+}

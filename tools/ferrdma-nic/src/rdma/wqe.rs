@@ -65,22 +65,9 @@ pub fn is_valid(hdr: u64, polarity: bool) -> bool {
     (hdr >> wqe::VALID & 1 == 1) == polarity
 }
 
-/// Quanta an SQ WQE occupies (1..=8 for well-formed headers; up to 9 is returned for a bad
-/// ADDFRAGCNT so the caller can still step over it).
+/// Quanta an SQ WQE occupies (the shared definition in `interface.rs`).
 pub fn sq_quanta(hdr: u64) -> u32 {
-    let op = bits(hdr, wqe::OPCODE_HI, wqe::OPCODE_LO) as u8;
-    if hdr >> wqe::INLINE & 1 == 1 {
-        let len = bits(hdr, wqe::INLINELEN_HI, wqe::INLINELEN_LO) as u32;
-        return if len <= 8 {
-            1
-        } else {
-            (1 + (len - 8).div_ceil(31)).min(8)
-        };
-    }
-    match op {
-        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW => 1,
-        _ => 1 + (bits(hdr, wqe::ADDFRAGCNT_HI, wqe::ADDFRAGCNT_LO) as u32).div_ceil(2),
-    }
+    crate::interface::sq_wqe_quanta(hdr)
 }
 
 /// Fragment slot `k` of a WQE: byte 0 for slot 0, `16 + 16k` after.
