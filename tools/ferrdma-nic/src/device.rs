@@ -142,7 +142,8 @@ impl Device {
             REGION_MSIX_BAR => self.msix_bar.read(offset, data)?,
             // The doorbell BAR is write-only.
             REGION_DB => {
-                if offset.checked_add(data.len() as u64)
+                if offset
+                    .checked_add(data.len() as u64)
                     .is_none_or(|end| end > crate::interface::DB_BAR_SIZE as u64)
                 {
                     return Err(DeviceError::NoSuchRegion(region));
@@ -193,9 +194,10 @@ impl Device {
                 if region == REGION_DB {
                     engine.doorbell(&env, offset, data);
                 } else {
-                    self.bar0.write_with(offset, data, &mem, &irq, &mut |reg, v| {
-                        engine.write_reg(&env, reg, v)
-                    })?;
+                    self.bar0
+                        .write_with(offset, data, &mem, &irq, &mut |reg, v| {
+                            engine.write_reg(&env, reg, v)
+                        })?;
                 }
             }
             REGION_MSIX_BAR => self.msix_bar.write(offset, data)?,

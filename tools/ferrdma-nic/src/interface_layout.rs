@@ -159,7 +159,10 @@ fn data_path_helpers_match_the_irdma_test_vectors() {
         ..Default::default()
     };
     assert_eq!(sq_wqe_header(w), 0xc208_800d_9988_7766);
-    assert_eq!(wqe_fragment_qw1(0x100, 0xaaaa01, true), 0x8000_0100_00aa_aa01);
+    assert_eq!(
+        wqe_fragment_qw1(0x100, 0xaaaa01, true),
+        0x8000_0100_00aa_aa01
+    );
     assert_eq!(sq_wqe_quanta(0xc232_0003_0000_0000), 3);
     assert_eq!(sq_wqe_quanta(0xc000_0100_9988_7766), 3);
     assert_eq!(sq_wqe_quanta(0x8000_000c_0000_0000), 1);
@@ -169,5 +172,8 @@ fn data_path_helpers_match_the_irdma_test_vectors() {
     assert!(i.valid && i.sq && !i.error);
     assert_eq!((i.op, i.wqe_idx), (3, 0));
     let e = cqe_info((1 << 63) | (1 << 55) | (1 << 16) | 3 | (5 << 32));
-    assert_eq!((e.error, e.major, e.minor, e.wqe_idx, e.sq), (true, 1, 3, 5, false));
+    assert_eq!(
+        (e.error, e.major, e.minor, e.wqe_idx, e.sq),
+        (true, 1, 3, 5, false)
+    );
 }

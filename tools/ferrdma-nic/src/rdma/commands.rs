@@ -7,13 +7,13 @@ use crate::interface::{
     admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, AdminHeader, Caps,
     CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp, PageList, QpAttrs,
     QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE, AV_FLAG_IPV4, AV_FLAG_VLAN,
-    DB_PAGES, EQ_KIND_AEQ, EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES,
-    MAX_EQ, MAX_EQ_ENTRIES, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES,
-    MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES,
-    MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH,
-    MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD,
-    QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR, CQE_SIZE, EQE_SIZE, DB_SQ_QP_MASK,
+    CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ, EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP,
+    MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES, MAX_GID, MAX_INLINE, MAX_MR,
+    MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA,
+    MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ,
+    MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS,
+    PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE,
+    QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
 };
 
 use super::cq::Cq;
@@ -49,7 +49,13 @@ fn check(ok: bool, status: u16, detail: usize) -> Result<(), CmdError> {
 }
 
 /// Resolves a ring page list at command offset `at` into a ring.
-fn ring(env: &Env<'_>, pl: &PageList, at: usize, entries: u32, esize: u32) -> Result<Ring, CmdError> {
+fn ring(
+    env: &Env<'_>,
+    pl: &PageList,
+    at: usize,
+    entries: u32,
+    esize: u32,
+) -> Result<Ring, CmdError> {
     let pages = pagelist::resolve(env.mem, pl, 12).map_err(|e| match e {
         PageListError::Dma(_) => err(st::DMA_FAULT, at),
         _ => err(st::INVALID, at),
@@ -162,11 +168,7 @@ impl Engine {
         let vec_at = offset_of!(CreateEq, vector);
         match c.kind {
             EQ_KIND_AEQ => check(c.vector == 0, st::INVALID, vec_at)?,
-            EQ_KIND_CEQ => check(
-                (1..MSIX_VECTORS).contains(&c.vector),
-                st::INVALID,
-                vec_at,
-            )?,
+            EQ_KIND_CEQ => check((1..MSIX_VECTORS).contains(&c.vector), st::INVALID, vec_at)?,
             _ => return Err(err(st::INVALID, offset_of!(CreateEq, kind))),
         }
         check(
@@ -179,7 +181,13 @@ impl Engine {
             st::EXISTS,
             vec_at,
         )?;
-        let r = ring(env, &c.ring, offset_of!(CreateEq, ring), c.size, EQE_SIZE as u32)?;
+        let r = ring(
+            env,
+            &c.ring,
+            offset_of!(CreateEq, ring),
+            c.size,
+            EQE_SIZE as u32,
+        )?;
         if let Some(s) = self.eqs.get_mut(c.eq_id as usize) {
             *s = Some(Eq::new(c.kind, c.vector, r));
         }
@@ -220,13 +228,23 @@ impl Engine {
             offset_of!(CreateCq, size),
         )?;
         self.check_ceq(c.eq_id, offset_of!(CreateCq, eq_id))?;
-        check(c.db_page < DB_PAGES, st::INVALID, offset_of!(CreateCq, db_page))?;
+        check(
+            c.db_page < DB_PAGES,
+            st::INVALID,
+            offset_of!(CreateCq, db_page),
+        )?;
         check(
             c.shadow_addr % 8 == 0,
             st::INVALID,
             offset_of!(CreateCq, shadow_addr),
         )?;
-        let r = ring(env, &c.ring, offset_of!(CreateCq, ring), c.size, CQE_SIZE as u32)?;
+        let r = ring(
+            env,
+            &c.ring,
+            offset_of!(CreateCq, ring),
+            c.size,
+            CQE_SIZE as u32,
+        )?;
         if let Some(s) = self.cqs.get_mut(c.cq_id as usize) {
             *s = Some(Cq::new(r, c.shadow_addr, c.eq_id, c.db_page));
         }
@@ -256,7 +274,13 @@ impl Engine {
                 st::INVALID,
                 offset_of!(ModifyCq, shadow_addr),
             )?;
-            Some(ring(env, &c.ring, offset_of!(ModifyCq, ring), c.size, CQE_SIZE as u32)?)
+            Some(ring(
+                env,
+                &c.ring,
+                offset_of!(ModifyCq, ring),
+                c.size,
+                CQE_SIZE as u32,
+            )?)
         } else {
             None
         };
@@ -312,12 +336,20 @@ impl Engine {
             st::INVALID,
             ty,
         )?;
-        check((c.qp_type == QP_TYPE_GSI) == (c.qp_id == 1), st::INVALID, ty)?;
+        check(
+            (c.qp_type == QP_TYPE_GSI) == (c.qp_id == 1),
+            st::INVALID,
+            ty,
+        )?;
         check(c.pd < MAX_PD, st::INVALID, offset_of!(CreateQp, pd))?;
         self.cq_exists(c.send_cq, offset_of!(CreateQp, send_cq))?;
         self.cq_exists(c.recv_cq, offset_of!(CreateQp, recv_cq))?;
         check(c.rq_shift <= 3, st::INVALID, offset_of!(CreateQp, rq_shift))?;
-        check(c.db_page < DB_PAGES, st::INVALID, offset_of!(CreateQp, db_page))?;
+        check(
+            c.db_page < DB_PAGES,
+            st::INVALID,
+            offset_of!(CreateQp, db_page),
+        )?;
         check(
             c.sq_quanta.is_power_of_two() && (MIN_WQ_QUANTA..=MAX_SQ_QUANTA).contains(&c.sq_quanta),
             st::INVALID,
@@ -335,7 +367,13 @@ impl Engine {
             st::INVALID,
             offset_of!(CreateQp, shadow_addr),
         )?;
-        let sq = ring(env, &c.sq_ring, offset_of!(CreateQp, sq_ring), c.sq_quanta, QUANTUM as u32)?;
+        let sq = ring(
+            env,
+            &c.sq_ring,
+            offset_of!(CreateQp, sq_ring),
+            c.sq_quanta,
+            QUANTUM as u32,
+        )?;
         let rq = ring(
             env,
             &c.rq_ring,
@@ -390,7 +428,11 @@ impl Engine {
             st::INVALID,
             base + offset_of!(QpAttrs, av_flags),
         )?;
-        check(a.vlan_id < 4096, st::INVALID, base + offset_of!(QpAttrs, vlan_id))?;
+        check(
+            a.vlan_id < 4096,
+            st::INVALID,
+            base + offset_of!(QpAttrs, vlan_id),
+        )?;
         check(
             a.flow_label < (1 << 20),
             st::INVALID,
@@ -411,7 +453,11 @@ impl Engine {
         let (qp_type, cur, have) = (qp.qp_type, qp.state(), qp.have);
         let m = c.attr_mask;
         let a = &c.attrs;
-        check(m & !qp_attr::ALL == 0, st::INVALID, offset_of!(ModifyQp, attr_mask))?;
+        check(
+            m & !qp_attr::ALL == 0,
+            st::INVALID,
+            offset_of!(ModifyQp, attr_mask),
+        )?;
         check(
             c.flags & !(MODIFY_QP_SQ_FLUSH | MODIFY_QP_RQ_FLUSH) == 0,
             st::INVALID,
@@ -419,19 +465,39 @@ impl Engine {
         )?;
         let has = |bit: u32| m & bit != 0;
         if has(qp_attr::PATH_MTU) {
-            check(mtu_bytes(a.path_mtu).is_some(), st::INVALID, at(offset_of!(QpAttrs, path_mtu)))?;
+            check(
+                mtu_bytes(a.path_mtu).is_some(),
+                st::INVALID,
+                at(offset_of!(QpAttrs, path_mtu)),
+            )?;
         }
         if has(qp_attr::RETRY_CNT) {
-            check(a.retry_cnt <= 7, st::INVALID, at(offset_of!(QpAttrs, retry_cnt)))?;
+            check(
+                a.retry_cnt <= 7,
+                st::INVALID,
+                at(offset_of!(QpAttrs, retry_cnt)),
+            )?;
         }
         if has(qp_attr::RNR_RETRY) {
-            check(a.rnr_retry <= 7, st::INVALID, at(offset_of!(QpAttrs, rnr_retry)))?;
+            check(
+                a.rnr_retry <= 7,
+                st::INVALID,
+                at(offset_of!(QpAttrs, rnr_retry)),
+            )?;
         }
         if has(qp_attr::MIN_RNR_TIMER) {
-            check(a.min_rnr_timer <= 31, st::INVALID, at(offset_of!(QpAttrs, min_rnr_timer)))?;
+            check(
+                a.min_rnr_timer <= 31,
+                st::INVALID,
+                at(offset_of!(QpAttrs, min_rnr_timer)),
+            )?;
         }
         if has(qp_attr::MAX_RD_ATOMIC) {
-            check(a.max_rd_atomic <= MAX_RD_ATOMIC, st::INVALID, at(offset_of!(QpAttrs, max_rd_atomic)))?;
+            check(
+                a.max_rd_atomic <= MAX_RD_ATOMIC,
+                st::INVALID,
+                at(offset_of!(QpAttrs, max_rd_atomic)),
+            )?;
         }
         if has(qp_attr::MAX_DEST_RD_ATOMIC) {
             check(
@@ -442,7 +508,11 @@ impl Engine {
         }
         if has(qp_attr::ACCESS) {
             let f = at(offset_of!(QpAttrs, access));
-            check(a.access & QP_ACCESS_REMOTE_ATOMIC == 0, st::NOT_SUPPORTED, f)?;
+            check(
+                a.access & QP_ACCESS_REMOTE_ATOMIC == 0,
+                st::NOT_SUPPORTED,
+                f,
+            )?;
             check(
                 a.access & !(QP_ACCESS_REMOTE_READ | QP_ACCESS_REMOTE_WRITE) == 0,
                 st::INVALID,
@@ -572,7 +642,10 @@ impl Engine {
 
     fn destroy_qp(&mut self, qp_id: u32) -> CmdResult {
         let at = offset_of!(QueryObject, id);
-        let slot = self.qps.get_mut(qp_id as usize).ok_or(err(st::BAD_ID, at))?;
+        let slot = self
+            .qps
+            .get_mut(qp_id as usize)
+            .ok_or(err(st::BAD_ID, at))?;
         slot.take().map(|_| 0).ok_or(err(st::NOT_FOUND, at))
     }
 
@@ -581,7 +654,11 @@ impl Engine {
         check(super::mr::MrTable::in_range(c.stag), st::BAD_ID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
         check(c.pd < MAX_PD, st::INVALID, offset_of!(RegMr, pd))?;
-        check(c.access & !MR_ACCESS_ALL == 0, st::INVALID, offset_of!(RegMr, access))?;
+        check(
+            c.access & !MR_ACCESS_ALL == 0,
+            st::INVALID,
+            offset_of!(RegMr, access),
+        )?;
         check(
             matches!(c.page_shift, 12 | 21 | 30),
             st::INVALID,
@@ -606,12 +683,11 @@ impl Engine {
             st::NO_RESOURCES,
             pages_at,
         )?;
-        let pages = pagelist::resolve(env.mem, &c.pages, u32::from(c.page_shift)).map_err(|e| {
-            match e {
+        let pages =
+            pagelist::resolve(env.mem, &c.pages, u32::from(c.page_shift)).map_err(|e| match e {
                 PageListError::Dma(_) => err(st::DMA_FAULT, pages_at),
                 _ => err(st::INVALID, pages_at),
-            }
-        })?;
+            })?;
         self.mrs.insert(
             c.stag,
             Mr {
@@ -642,7 +718,11 @@ impl Engine {
 
     fn set_port(&mut self, env: &Env<'_>, c: &SetPort) -> CmdResult {
         check(c.link <= LINK_UP, st::INVALID, offset_of!(SetPort, link))?;
-        check(mtu_bytes(c.mtu).is_some(), st::INVALID, offset_of!(SetPort, mtu))?;
+        check(
+            mtu_bytes(c.mtu).is_some(),
+            st::INVALID,
+            offset_of!(SetPort, mtu),
+        )?;
         let up = c.link == LINK_UP;
         let changed = up != self.port.link_up;
         self.port.mac = c.mac;
@@ -656,7 +736,11 @@ impl Engine {
     }
 
     fn query_stats(&mut self, env: &Env<'_>, q: &QueryObject) -> CmdResult {
-        check(q.id & !STATS_CLEAR == 0, st::INVALID, offset_of!(QueryObject, id))?;
+        check(
+            q.id & !STATS_CLEAR == 0,
+            st::INVALID,
+            offset_of!(QueryObject, id),
+        )?;
         write_out(env, q, &self.stats.encode())?;
         if q.id & STATS_CLEAR != 0 {
             self.stats = Stats::default();

@@ -2,7 +2,7 @@
 //! two-slot extended CQEs, overflow detection from the shadow consumer index, and arming
 //! from the shadow arm word (one event per arm sequence number).
 
-use crate::dma::GuestMemory;
+use crate::dma::{DmaError, GuestMemory};
 use crate::interface::{ae, bits, cq_shadow, cqe, CQE_SIZE};
 
 use super::ring::Ring;
@@ -89,11 +89,10 @@ impl Cq {
     }
 
     /// The CQ-arm doorbell: reads the arm word and arms if its sequence number is new.
-    /// Returns `Err(())` if the shadow area is not readable.
-    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<(), ()> {
+    /// Fails if the shadow area is not readable (the arm state is then unchanged).
+    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<(), DmaError> {
         let mut w = [0u8; 8];
-        mem.read(self.shadow + cq_shadow::ARM_OFFSET as u64, &mut w)
-            .map_err(|_| ())?;
+        mem.read(self.shadow + cq_shadow::ARM_OFFSET as u64, &mut w)?;
         let word = u64::from_le_bytes(w);
         let seq = bits(word, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) as u8;
         if seq == self.last_seq {
@@ -111,10 +110,9 @@ impl Cq {
     }
 
     /// Free slots according to the shadow consumer index, or `None` if it is unusable.
-    fn free_slots(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, ()> {
+    fn free_slots(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
         let mut h = [0u8; 8];
-        mem.read(self.shadow + cq_shadow::HEAD_OFFSET as u64, &mut h)
-            .map_err(|_| ())?;
+        mem.read(self.shadow + cq_shadow::HEAD_OFFSET as u64, &mut h)?;
         let head = (u64::from_le_bytes(h) & cq_shadow::HEAD_MASK) as u32;
         let size = self.ring.entries();
         if head >= size {
@@ -137,7 +135,7 @@ impl Cq {
         }
         let need = if c.ext.is_some() { 2 } else { 1 };
         match self.free_slots(mem) {
-            Err(()) => {
+            Err(_) => {
                 self.stopped = true;
                 return CqWrite::Dropped(Some(ae::CQ_ACCESS));
             }
@@ -162,9 +160,7 @@ impl Cq {
                 .is_ok();
         }
         let bytes = encode(&main);
-        ok &= mem
-            .write(main_addr, bytes.get(..24).unwrap_or(&[]))
-            .is_ok();
+        ok &= mem.write(main_addr, bytes.get(..24).unwrap_or(&[])).is_ok();
         ok &= mem
             .write(main_addr + 24, bytes.get(24..).unwrap_or(&[]))
             .is_ok();

@@ -5,9 +5,9 @@
 //! may touch another QP, because requester and responder may be the same QP.
 
 use crate::interface::{
-    ae, cqe, eqe_kind, flush, mtu_bytes, qp_state, sq_op, wqe as wqef, MAX_QP,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD,
-    QUANTUM, UD_GRH_SIZE, AV_FLAG_IPV4,
+    ae, cqe, eqe_kind, flush, mtu_bytes, qp_state, sq_op, wqe as wqef, AV_FLAG_IPV4, MAX_QP,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
+    UD_GRH_SIZE,
 };
 
 use super::cq::CqeData;
@@ -41,7 +41,9 @@ fn copy(env: &Env<'_>, src: &Src, dst: &[Seg]) -> Result<(), CopyFault> {
             let &(addr, len) = dst.get(di).ok_or(CopyFault::Dst)?;
             let take = (len - doff).min(data.len() as u64) as usize;
             let (now, rest) = data.split_at(take);
-            env.mem.write(addr + doff, now).map_err(|_| CopyFault::Dst)?;
+            env.mem
+                .write(addr + doff, now)
+                .map_err(|_| CopyFault::Dst)?;
             doff += take as u64;
             if doff == len {
                 di += 1;
@@ -60,7 +62,9 @@ fn copy(env: &Env<'_>, src: &Src, dst: &[Seg]) -> Result<(), CopyFault> {
                 while off < len {
                     let n = (len - off).min(COPY_CHUNK);
                     buf.resize(n as usize, 0);
-                    env.mem.read(addr + off, &mut buf).map_err(|_| CopyFault::Src)?;
+                    env.mem
+                        .read(addr + off, &mut buf)
+                        .map_err(|_| CopyFault::Src)?;
                     put(&buf)?;
                     off += n;
                 }
@@ -126,10 +130,16 @@ fn sq_cqe(qp_id: u32, qp: &Qp, idx: u32, op: u8, bytes: u64, err: Option<u16>) -
         | (u64::from(op & 0x3f) << cqe::OP_LO)
         | (u64::from(idx & 0x7fff) << cqe::WQEIDX_LO);
     if let Some(minor) = err {
-        qw3 |= (1 << cqe::ERROR) | (u64::from(cqe::MAJERR_FLUSH) << cqe::MAJERR_LO) | u64::from(minor);
+        qw3 |=
+            (1 << cqe::ERROR) | (u64::from(cqe::MAJERR_FLUSH) << cqe::MAJERR_LO) | u64::from(minor);
     }
     CqeData {
-        qw: [bytes & 0xffff_ffff, qp.compl_ctx, u64::from(qp_id) << cqe::QPID_LO, qw3],
+        qw: [
+            bytes & 0xffff_ffff,
+            qp.compl_ctx,
+            u64::from(qp_id) << cqe::QPID_LO,
+            qw3,
+        ],
         ext: None,
     }
 }
@@ -149,11 +159,6 @@ fn rq_flush_cqe(qp_id: u32, qp: &Qp, minor: u16) -> CqeData {
         ],
         ext: None,
     }
-}
-
-fn fault_code(f: AccessFault) -> u16 {
-    let _ = f;
-    flush::PROT
 }
 
 impl Engine {
@@ -253,7 +258,9 @@ impl Engine {
                 Outcome::Done(bytes) => {
                     let Some(qp) = self.qp_mut(qp_id) else { return };
                     qp.rnr_attempts = 0;
-                    let cqe = w.signaled.then(|| sq_cqe(qp_id, qp, tail, w.opcode, bytes, None));
+                    let cqe = w
+                        .signaled
+                        .then(|| sq_cqe(qp_id, qp, tail, w.opcode, bytes, None));
                     qp.sq_unreported = cqe.is_none();
                     qp.advance_sq(n);
                     let cq = qp.send_cq;
@@ -291,7 +298,16 @@ impl Engine {
 
     /// Completes the WQE at `tail` (of `n` quanta) in error and moves the QP to ERR.
     #[allow(clippy::too_many_arguments)]
-    fn fail_wqe(&mut self, env: &Env<'_>, qp_id: u32, tail: u32, n: u32, op: u8, code: u16, event: u16) {
+    fn fail_wqe(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        tail: u32,
+        n: u32,
+        op: u8,
+        code: u16,
+        event: u16,
+    ) {
         self.stats.wqe_errors += 1;
         let Some(qp) = self.qp_mut(qp_id) else { return };
         let c = sq_cqe(qp_id, qp, tail, op, 0, Some(code));
@@ -403,7 +419,13 @@ impl Engine {
         }
         let mut segs = Vec::new();
         for s in &w.sges {
-            segs.extend(self.mrs.translate(s.stag, pd, s.addr, u64::from(s.len), Need::LocalRead)?);
+            segs.extend(self.mrs.translate(
+                s.stag,
+                pd,
+                s.addr,
+                u64::from(s.len),
+                Need::LocalRead,
+            )?);
         }
         Ok(Src::Segs(segs))
     }
@@ -417,7 +439,10 @@ impl Engine {
                 break;
             }
             let take = u64::from(s.len).min(left);
-            segs.extend(self.mrs.translate(s.stag, pd, s.addr, take, Need::LocalWrite)?);
+            segs.extend(
+                self.mrs
+                    .translate(s.stag, pd, s.addr, take, Need::LocalWrite)?,
+            );
             left -= take;
         }
         Ok(segs)
@@ -449,7 +474,10 @@ impl Engine {
                     Err(_) => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
                 };
             }
-            sq_op::SEND_INV | sq_op::SEND_SOL_INV | sq_op::RDMA_WRITE | sq_op::RDMA_WRITE_SOL
+            sq_op::SEND_INV
+            | sq_op::SEND_SOL_INV
+            | sq_op::RDMA_WRITE
+            | sq_op::RDMA_WRITE_SOL
             | sq_op::RDMA_READ
                 if !ud => {}
             _ => return Outcome::Fail(flush::LOC_QP_OP, ae::QP_FATAL),
@@ -459,7 +487,7 @@ impl Engine {
         }
         let src = match self.gather(pd, w) {
             Ok(s) => s,
-            Err(f) => return Outcome::Fail(fault_code(f), ae::QP_LOCAL_ACCESS),
+            Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
         };
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += w.len;
@@ -498,7 +526,12 @@ impl Engine {
             return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
         };
         let ah_id = (u64::from(w.hdr_low) & wqef::AH_ID_MASK) as usize;
-        let Some(ah) = self.ahs.get(ah_id).and_then(Option::as_ref).filter(|a| a.pd == qp.pd) else {
+        let Some(ah) = self
+            .ahs
+            .get(ah_id)
+            .and_then(Option::as_ref)
+            .filter(|a| a.pd == qp.pd)
+        else {
             return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
         };
         let mtu = u64::from(mtu_bytes(self.port.mtu).unwrap_or(4096));
@@ -552,7 +585,14 @@ impl Engine {
         }
     }
 
-    fn rdma_write(&mut self, env: &Env<'_>, qp_id: u32, dest: u32, w: &SqWqe, src: &Src) -> Outcome {
+    fn rdma_write(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        dest: u32,
+        w: &SqWqe,
+        src: &Src,
+    ) -> Outcome {
         let Some(d) = self.qp(dest) else {
             return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
         };
@@ -560,7 +600,8 @@ impl Engine {
         let segs = if access & QP_ACCESS_REMOTE_WRITE == 0 {
             Err(AccessFault::Rights)
         } else {
-            self.mrs.translate(w.hdr_low, dpd, w.qw2, w.len, Need::RemoteWrite)
+            self.mrs
+                .translate(w.hdr_low, dpd, w.qw2, w.len, Need::RemoteWrite)
         };
         let segs = match segs {
             Ok(s) => s,
@@ -608,7 +649,7 @@ impl Engine {
     fn rdma_read(&mut self, env: &Env<'_>, qp_id: u32, pd: u32, w: &SqWqe) -> Outcome {
         let local = match self.scatter(pd, &w.sges, w.len) {
             Ok(s) => s,
-            Err(f) => return Outcome::Fail(fault_code(f), ae::QP_LOCAL_ACCESS),
+            Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
         };
         let Some(dest) = self.rc_dest(qp_id) else {
             return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
@@ -620,7 +661,8 @@ impl Engine {
         let remote = if d.attrs.access & QP_ACCESS_REMOTE_READ == 0 {
             Err(AccessFault::Rights)
         } else {
-            self.mrs.translate(w.hdr_low, d.pd, w.qw2, w.len, Need::RemoteRead)
+            self.mrs
+                .translate(w.hdr_low, d.pd, w.qw2, w.len, Need::RemoteRead)
         };
         let remote = match remote {
             Ok(s) => s,
@@ -649,14 +691,22 @@ impl Engine {
         if let Some(d) = self.qp_mut(dest) {
             d.last_error = flush::REM_ACCESS;
         }
-        self.async_event(env, eqe_kind::QP, dest, ae::QP_REMOTE_ACCESS, u32::from(flush::REM_ACCESS));
+        self.async_event(
+            env,
+            eqe_kind::QP,
+            dest,
+            ae::QP_REMOTE_ACCESS,
+            u32::from(flush::REM_ACCESS),
+        );
         self.enter_err(env, dest, true, true);
     }
 
     /// Delivers `msg` with payload `src` to the RQ of `dest`.
     fn receive(&mut self, env: &Env<'_>, dest: u32, msg: &Inbound, src: &Src) -> Recv {
         let ud = msg.grh.is_some();
-        let Some(d) = self.qp(dest) else { return Recv::Dropped };
+        let Some(d) = self.qp(dest) else {
+            return Recv::Dropped;
+        };
         let (pd, shift, tail) = (d.pd, d.rq_shift, d.rq_tail);
         let wqe_bytes = QUANTUM << shift;
         let mut b = vec![0u8; wqe_bytes];
@@ -675,7 +725,11 @@ impl Engine {
             Ok(s) => s,
             Err(_) => {
                 self.responder_fail(env, dest, flush::LOC_QP_OP, ae::QP_FATAL);
-                return if ud { Recv::Dropped } else { Recv::Nak(flush::REM_OP) };
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
             }
         };
         let grh_len = if ud { u64::from(UD_GRH_SIZE) } else { 0 };
@@ -703,7 +757,11 @@ impl Engine {
             Err(f) => {
                 log::debug!("QP {dest}: receive scatter refused: {f}");
                 self.responder_fail(env, dest, flush::PROT, ae::QP_LOCAL_ACCESS);
-                return if ud { Recv::Dropped } else { Recv::Nak(flush::REM_OP) };
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
             }
         };
         let mut copied = Ok(());
@@ -722,7 +780,11 @@ impl Engine {
             Err(CopyFault::Dst) => {
                 self.stats.dma_faults += 1;
                 self.responder_fail(env, dest, flush::PROT, ae::QP_LOCAL_ACCESS);
-                return if ud { Recv::Dropped } else { Recv::Nak(flush::REM_OP) };
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
             }
         }
         if let Some(stag) = msg.inv_stag {
@@ -730,7 +792,9 @@ impl Engine {
         }
         self.stats.rx_packets += 1;
         self.stats.rx_bytes += msg.len;
-        let Some(d) = self.qp_mut(dest) else { return Recv::Ok };
+        let Some(d) = self.qp_mut(dest) else {
+            return Recv::Ok;
+        };
         let idx = (d.rq_tail << d.rq_shift) & 0x7fff;
         let mut qw2 = u64::from(dest) << cqe::QPID_LO;
         let mut qw3 = (u64::from(msg.op) << cqe::OP_LO) | (u64::from(idx) << cqe::WQEIDX_LO);
@@ -749,7 +813,9 @@ impl Engine {
         let bytes = if msg.no_scatter { msg.len } else { need };
         let c = CqeData {
             qw: [bytes & 0xffff_ffff, d.compl_ctx, qw2, qw3],
-            ext: msg.imm.map(|imm| [u64::from(imm), 0, 0, 1 << cqe::IMMVALID]),
+            ext: msg
+                .imm
+                .map(|imm| [u64::from(imm), 0, 0, 1 << cqe::IMMVALID]),
         };
         d.advance_rq();
         let first = d.state() == qp_state::RTR && !d.comm_est_sent;

@@ -19,7 +19,15 @@ fn ipv4_checksum(h: &[u8]) -> u16 {
 }
 
 /// The GRH area for a message of `len` bytes from `sgid` to `dgid`.
-pub fn grh(ipv4: bool, sgid: &[u8; 16], dgid: &[u8; 16], tc: u8, hop: u8, flow: u32, len: u32) -> [u8; 40] {
+pub fn grh(
+    ipv4: bool,
+    sgid: &[u8; 16],
+    dgid: &[u8; 16],
+    tc: u8,
+    hop: u8,
+    flow: u32,
+    len: u32,
+) -> [u8; 40] {
     let mut g = [0u8; 40];
     if ipv4 {
         let h = &mut g[20..40];

@@ -21,8 +21,8 @@ use crate::dma::GuestMemory;
 use crate::interface::{
     eqe_kind, Eqe, QpAttrs, Stats, DB_BAR_SIZE, DB_CQ_ARM_OFFSET, DB_PAGE_SIZE, DB_SQ_OFFSET,
     DB_SQ_QP_MASK, DEV_CTRL_RESET, DEV_STATUS_FATAL, DEV_STATUS_READY, EQ_KIND_AEQ,
-    FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP,
-    REG_DEV_CTRL, REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
+    FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP, REG_DEV_CTRL,
+    REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
 };
 use crate::msix::InterruptSink;
 
@@ -258,7 +258,11 @@ impl Engine {
 
     /// A completion event for `cq_id` on its CEQ.
     fn completion_event(&mut self, env: &Env<'_>, cq_id: u32) {
-        let Some(eq_id) = self.cqs.get(cq_id as usize).and_then(Option::as_ref).map(|c| c.eq_id)
+        let Some(eq_id) = self
+            .cqs
+            .get(cq_id as usize)
+            .and_then(Option::as_ref)
+            .map(|c| c.eq_id)
         else {
             return;
         };

@@ -78,10 +78,7 @@ impl Qp {
 
     /// Whether the QP accepts inbound messages.
     pub fn can_receive(&self) -> bool {
-        matches!(
-            self.state(),
-            qp_state::RTR | qp_state::RTS | qp_state::SQD
-        )
+        matches!(self.state(), qp_state::RTR | qp_state::RTS | qp_state::SQD)
     }
 }
 
@@ -89,12 +86,14 @@ impl Qp {
 /// attributes are present in `have` (groups set before or by this command).
 pub fn transition_ok(qp_type: u8, from: u8, to: u8, have: u32) -> bool {
     use qp_state::*;
-    let legal = match (from, to) {
-        (_, ERR) | (_, RESET) => true,
-        (RESET, INIT) | (INIT, INIT) | (INIT, RTR) | (RTR, RTS) | (RTS, RTS) => true,
-        (RTS, SQD) | (SQD, SQD) | (SQD, RTS) => true,
-        _ => false,
-    };
+    let legal = matches!(
+        (from, to),
+        (_, ERR | RESET)
+            | (RESET | INIT, INIT)
+            | (INIT, RTR)
+            | (RTR | RTS | SQD, RTS)
+            | (RTS | SQD, SQD)
+    );
     if !legal {
         return false;
     }

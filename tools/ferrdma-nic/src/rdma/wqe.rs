@@ -239,11 +239,19 @@ mod tests {
                 0x3333000030000000,
                 0x8000030000cccc03,
             ],
-            [0x4444000040000000, 0x8000040000dddd04, 0, 0x8000000000000000],
+            [
+                0x4444000040000000,
+                0x8000040000dddd04,
+                0,
+                0x8000000000000000,
+            ],
         ]);
         assert_eq!(sq_quanta(header(&b)), 3);
         let w = parse_sq(&b).unwrap();
-        assert_eq!((w.opcode, w.hdr_low, w.qw2), (0, 0x99887766, 0x7777000070000000));
+        assert_eq!(
+            (w.opcode, w.hdr_low, w.qw2),
+            (0, 0x99887766, 0x7777000070000000)
+        );
         assert_eq!(w.len, 0x100 + 0x200 + 0x300 + 0x400);
         let r = q(&[
             [
@@ -252,7 +260,12 @@ mod tests {
                 0x8888000080000000,
                 0xc000008155443322,
             ],
-            [0x2222000020000000, 0x8000020000bbbb02, 0, 0x8000000000000000],
+            [
+                0x2222000020000000,
+                0x8000020000bbbb02,
+                0,
+                0x8000000000000000,
+            ],
         ]);
         let w = parse_sq(&r).unwrap();
         assert_eq!((w.opcode, w.hdr_low, w.sges.len()), (1, 0x55443322, 2));
@@ -268,7 +281,12 @@ mod tests {
                 0xbfbebdbcbbbab9b8,
                 0x80a6a5a4a3a2a1a0,
             ],
-            [0xaeadacabaaa9a8a7, 0x0000000000b1b0af, 0, 0x8000000000000000],
+            [
+                0xaeadacabaaa9a8a7,
+                0x0000000000b1b0af,
+                0,
+                0x8000000000000000,
+            ],
         ]);
         assert_eq!(sq_quanta(header(&b)), 3);
         let w = parse_sq(&b).unwrap();
@@ -285,7 +303,12 @@ mod tests {
                 0,
                 0x8000008000000000,
             ],
-            [0x2222000020000000, 0x8000020000bbbb02, 0, 0x8000000000000000],
+            [
+                0x2222000020000000,
+                0x8000020000bbbb02,
+                0,
+                0x8000000000000000,
+            ],
         ]);
         assert_eq!(parse_rq(&b).unwrap().len(), 2);
     }

@@ -19,7 +19,10 @@ fn caps_report_the_interface_limits() {
     assert_eq!(h.admin(q(128)), admin_status::OK);
     let caps = Caps::decode(&h.read(out, 128).try_into().unwrap());
     assert_eq!(caps.hw_rev, 2);
-    assert_eq!((caps.max_sge, caps.max_inline, caps.sq_chunk_quanta), (13, 101, 8));
+    assert_eq!(
+        (caps.max_sge, caps.max_inline, caps.sq_chunk_quanta),
+        (13, 101, 8)
+    );
     assert_eq!(caps.max_qp, MAX_QP);
     assert_eq!(caps.max_sq_quanta, 32768);
     assert_eq!(caps.msix_vectors, 8);
@@ -42,8 +45,14 @@ fn every_status_code() {
     assert_eq!((c.status, c.opcode), (admin_status::BAD_OPCODE, 0x7f));
     let (_aeq, _ceq) = h.standard();
     // BAD_ID, EXISTS, NOT_FOUND, BUSY, INVALID with detail, BAD_STATE, NOT_SUPPORTED.
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_CQ, MAX_CQ)), admin_status::BAD_ID);
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_CQ, 5)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_CQ, MAX_CQ)),
+        admin_status::BAD_ID
+    );
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_CQ, 5)),
+        admin_status::NOT_FOUND
+    );
     let _cq = h.create_cq(5, 16, 1);
     let dup = CreateCq {
         hdr: Host::hdr(admin_op::CREATE_CQ),
@@ -53,7 +62,10 @@ fn every_status_code() {
         ..Default::default()
     };
     assert_eq!(h.admin(dup.encode()), admin_status::EXISTS);
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_EQ, 1)), admin_status::BUSY);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_EQ, 1)),
+        admin_status::BUSY
+    );
     let bad_size = CreateCq {
         cq_id: 6,
         size: 2,
@@ -68,13 +80,19 @@ fn every_status_code() {
     };
     assert_eq!(h.admin(ceq_is_aeq.encode()), admin_status::INVALID);
     let qp = h.create_qp(4, QP_TYPE_RC, 1, 5, 5, 8, 8, 0);
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_CQ, 5)), admin_status::BUSY);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_CQ, 5)),
+        admin_status::BUSY
+    );
     // RESET -> RTS is illegal; INIT -> RTR without an address vector too.
     let rts = QpAttrs {
         state: qp_state::RTS,
         ..Default::default()
     };
-    assert_eq!(h.modify(qp.id, qp_attr::STATE, rts), admin_status::BAD_STATE);
+    assert_eq!(
+        h.modify(qp.id, qp_attr::STATE, rts),
+        admin_status::BAD_STATE
+    );
     let init = QpAttrs {
         state: qp_state::INIT,
         ..Default::default()
@@ -84,12 +102,18 @@ fn every_status_code() {
         state: qp_state::RTR,
         ..Default::default()
     };
-    assert_eq!(h.modify(qp.id, qp_attr::STATE, rtr), admin_status::BAD_STATE);
+    assert_eq!(
+        h.modify(qp.id, qp_attr::STATE, rtr),
+        admin_status::BAD_STATE
+    );
     let atomics = QpAttrs {
         access: QP_ACCESS_REMOTE_ATOMIC,
         ..Default::default()
     };
-    assert_eq!(h.modify(qp.id, qp_attr::ACCESS, atomics), admin_status::NOT_SUPPORTED);
+    assert_eq!(
+        h.modify(qp.id, qp_attr::ACCESS, atomics),
+        admin_status::NOT_SUPPORTED
+    );
     let mtu = QpAttrs {
         path_mtu: 9,
         ..Default::default()
@@ -166,22 +190,109 @@ fn mr_registration_rules() {
         ..Default::default()
     };
     assert_eq!(h.admin(base.encode()), 0);
-    assert_eq!(h.admin(RegMr { stag: 0x2_07, ..base }.encode()), admin_status::EXISTS);
-    assert_eq!(h.admin(RegMr { stag: MAX_MR << 8, ..base }.encode()), admin_status::BAD_ID);
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, page_shift: 13, ..base }.encode()), admin_status::INVALID);
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, length: 0, ..base }.encode()), admin_status::INVALID);
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, iova: 0x1800, ..base }.encode()), admin_status::INVALID, "needs 2 pages");
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, access: 1 << 9, ..base }.encode()), admin_status::INVALID);
-    let misaligned = PageList { addr: RAM_BASE + 8, ..base.pages };
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, pages: misaligned, ..base }.encode()), admin_status::INVALID);
-    let level3 = PageList { level: 3, ..base.pages };
-    assert_eq!(h.admin(RegMr { stag: 0x3_00, pages: level3, ..base }.encode()), admin_status::INVALID);
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x2_07,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::EXISTS
+    );
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: MAX_MR << 8,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::BAD_ID
+    );
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                page_shift: 13,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                length: 0,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                iova: 0x1800,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID,
+        "needs 2 pages"
+    );
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                access: 1 << 9,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    let misaligned = PageList {
+        addr: RAM_BASE + 8,
+        ..base.pages
+    };
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                pages: misaligned,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    let level3 = PageList {
+        level: 3,
+        ..base.pages
+    };
+    assert_eq!(
+        h.admin(
+            RegMr {
+                stag: 0x3_00,
+                pages: level3,
+                ..base
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
     // A two-level list: 600 pages of 4 KiB through two leaf pages.
     let leaf1 = h.alloc(4096, 4096);
     let leaf2 = h.alloc(4096, 4096);
     let root = h.alloc(16, 4096);
     let data = h.alloc(600 * 4096, 4096);
-    let all: Vec<u8> = (0..600u64).flat_map(|i| (data + i * 4096).to_le_bytes()).collect();
+    let all: Vec<u8> = (0..600u64)
+        .flat_map(|i| (data + i * 4096).to_le_bytes())
+        .collect();
     h.write(leaf1, &all[..4096]);
     h.write(leaf2, &all[4096..]);
     h.w64(root, leaf1);
@@ -199,16 +310,28 @@ fn mr_registration_rules() {
     };
     assert_eq!(h.admin(two.encode()), 0);
     // Deregistration needs the exact key.
-    assert_eq!(h.admin(Host::object(admin_op::DEREG_MR, 0x4_01)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DEREG_MR, 0x4_01)),
+        admin_status::NOT_FOUND
+    );
     assert_eq!(h.admin(Host::object(admin_op::DEREG_MR, 0x4_00)), 0);
-    assert_eq!(h.admin(Host::object(admin_op::DEREG_MR, 0x4_00)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DEREG_MR, 0x4_00)),
+        admin_status::NOT_FOUND
+    );
 }
 
 #[test]
 fn gids_ports_ahs_and_stats() {
     let mut h = Host::new();
-    assert_eq!(h.admin(gid_cmd(admin_op::ADD_GID, MAX_GID, GID0)), admin_status::BAD_ID);
-    assert_eq!(h.admin(gid_cmd(admin_op::DEL_GID, 4, GID0)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(gid_cmd(admin_op::ADD_GID, MAX_GID, GID0)),
+        admin_status::BAD_ID
+    );
+    assert_eq!(
+        h.admin(gid_cmd(admin_op::DEL_GID, 4, GID0)),
+        admin_status::NOT_FOUND
+    );
     assert_eq!(h.admin(gid_cmd(admin_op::ADD_GID, 4, GID0)), 0);
     assert_eq!(h.admin(gid_cmd(admin_op::DEL_GID, 4, GID0)), 0);
     let port = SetPort {
@@ -218,7 +341,17 @@ fn gids_ports_ahs_and_stats() {
         ..Default::default()
     };
     assert_eq!(h.admin(port.encode()), admin_status::INVALID);
-    assert_eq!(h.admin(SetPort { link: 1, mtu: 0, ..port }.encode()), admin_status::INVALID);
+    assert_eq!(
+        h.admin(
+            SetPort {
+                link: 1,
+                mtu: 0,
+                ..port
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
     let ah = CreateAh {
         hdr: Host::hdr(admin_op::CREATE_AH),
         ah_id: 3,
@@ -230,13 +363,29 @@ fn gids_ports_ahs_and_stats() {
         },
         ..Default::default()
     };
-    assert_eq!(h.admin(ah.encode()), admin_status::NOT_FOUND, "no GID 0 yet");
+    assert_eq!(
+        h.admin(ah.encode()),
+        admin_status::NOT_FOUND,
+        "no GID 0 yet"
+    );
     assert_eq!(h.admin(gid_cmd(admin_op::ADD_GID, 0, GID0)), 0);
     assert_eq!(h.admin(ah.encode()), 0);
     assert_eq!(h.admin(ah.encode()), admin_status::EXISTS);
-    assert_eq!(h.admin(CreateAh { ah_id: MAX_AH, ..ah }.encode()), admin_status::BAD_ID);
+    assert_eq!(
+        h.admin(
+            CreateAh {
+                ah_id: MAX_AH,
+                ..ah
+            }
+            .encode()
+        ),
+        admin_status::BAD_ID
+    );
     assert_eq!(h.admin(Host::object(admin_op::DESTROY_AH, 3)), 0);
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_AH, 3)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_AH, 3)),
+        admin_status::NOT_FOUND
+    );
     let s = h.stats();
     assert!(s.admin_cmds >= 12);
     // Clearing read.
@@ -249,7 +398,10 @@ fn gids_ports_ahs_and_stats() {
         ..Default::default()
     };
     assert_eq!(h.admin(clear.encode()), 0);
-    assert_eq!(h.admin(QueryObject { id: 2, ..clear }.encode()), admin_status::INVALID);
+    assert_eq!(
+        h.admin(QueryObject { id: 2, ..clear }.encode()),
+        admin_status::INVALID
+    );
     let s = h.stats();
     assert!(s.admin_cmds <= 2, "{s:?}");
 }
@@ -262,7 +414,11 @@ fn admin_ring_wraps_with_the_phase_bit_and_interrupts() {
         // admin_raw checks the phase and cmd_id of every completion.
         assert_eq!(h.admin(gid_cmd(admin_op::ADD_GID, 1, GID0)), 0);
     }
-    assert_eq!(h.irqs(0), u64::from(3 * AQ_ENTRIES + 1), "one interrupt per batch");
+    assert_eq!(
+        h.irqs(0),
+        u64::from(3 * AQ_ENTRIES + 1),
+        "one interrupt per batch"
+    );
 }
 
 #[test]

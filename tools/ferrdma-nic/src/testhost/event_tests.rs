@@ -33,7 +33,11 @@ fn aeq_wraps_around_with_polarity_and_one_interrupt_per_arm() {
         assert_eq!(h.irqs(0), 1, "round {round}: one interrupt per arm");
         let ev = h.poll_eq(&mut aeq);
         assert_eq!(ev.len(), 2, "round {round}");
-        let want = if up { [ae::PORT_ACTIVE, ae::PORT_DOWN] } else { [ae::PORT_DOWN, ae::PORT_ACTIVE] };
+        let want = if up {
+            [ae::PORT_ACTIVE, ae::PORT_DOWN]
+        } else {
+            [ae::PORT_DOWN, ae::PORT_ACTIVE]
+        };
         assert_eq!([ev[0].code, ev[1].code], want);
     }
     assert!(aeq.cons != 0 || !aeq.pol, "wrapped several times");
@@ -91,21 +95,42 @@ fn eq_creation_rules() {
     assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 8, 16, 0)), admin_status::INVALID);
     assert_eq!(h.admin(eq(0, 7, 1, 16, 0)), admin_status::INVALID);
     assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 24, 0)), admin_status::INVALID);
-    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 512, 0)), admin_status::INVALID, "ring too small");
-    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 16, 5)), admin_status::NOT_SUPPORTED);
-    assert_eq!(h.admin(eq(MAX_EQ, EQ_KIND_CEQ, 1, 16, 0)), admin_status::BAD_ID);
+    assert_eq!(
+        h.admin(eq(0, EQ_KIND_CEQ, 1, 512, 0)),
+        admin_status::INVALID,
+        "ring too small"
+    );
+    assert_eq!(
+        h.admin(eq(0, EQ_KIND_CEQ, 1, 16, 5)),
+        admin_status::NOT_SUPPORTED
+    );
+    assert_eq!(
+        h.admin(eq(MAX_EQ, EQ_KIND_CEQ, 1, 16, 0)),
+        admin_status::BAD_ID
+    );
     assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 16, 0)), 0);
     assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 2, 16, 0)), admin_status::EXISTS);
-    assert_eq!(h.admin(eq(1, EQ_KIND_CEQ, 1, 16, 0)), admin_status::EXISTS, "one EQ per vector");
+    assert_eq!(
+        h.admin(eq(1, EQ_KIND_CEQ, 1, 16, 0)),
+        admin_status::EXISTS,
+        "one EQ per vector"
+    );
     assert_eq!(h.admin(Host::object(admin_op::DESTROY_EQ, 0)), 0);
-    assert_eq!(h.admin(Host::object(admin_op::DESTROY_EQ, 0)), admin_status::NOT_FOUND);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_EQ, 0)),
+        admin_status::NOT_FOUND
+    );
 }
 
 /// A send from A to B, for arming tests: B's CQ gets an RQ CQE.
 fn one_send(r: &mut Rig, solicited: bool) {
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
     let wr = Wr {
-        opcode: if solicited { sq_op::SEND_SOL } else { sq_op::SEND },
+        opcode: if solicited {
+            sq_op::SEND_SOL
+        } else {
+            sq_op::SEND
+        },
         signaled: false,
         sges: vec![r.buf_a.sg(0, 16)],
         ..Default::default()
@@ -127,7 +152,10 @@ fn cq_arm_next_and_solicited_one_event_per_arm() {
     one_send(&mut r, false);
     let ev = r.h.poll_eq(&mut r.ceq);
     assert_eq!(ev.len(), 1);
-    assert_eq!((ev[0].id, ev[0].kind, ev[0].code), (2, eqe_kind::CQ, ae::CQ_COMPLETION));
+    assert_eq!(
+        (ev[0].id, ev[0].kind, ev[0].code),
+        (2, eqe_kind::CQ, ae::CQ_COMPLETION)
+    );
     assert_eq!(r.h.irqs(1), 1);
     r.h.arm_eq(&r.ceq);
     // A repeated doorbell without a new arm sequence number does not re-arm.
@@ -172,7 +200,14 @@ fn ceq_overflow_is_reported_on_the_aeq() {
     // Each NOP completion with the CQ re-armed produces one CEQ entry; 15 fit.
     for _ in 0..20 {
         h.arm_cq(&cq, false);
-        h.send(&mut qp, &Wr { opcode: sq_op::NOP, signaled: true, ..Default::default() });
+        h.send(
+            &mut qp,
+            &Wr {
+                opcode: sq_op::NOP,
+                signaled: true,
+                ..Default::default()
+            },
+        );
     }
     assert_eq!(h.poll_cq(&mut cq).len(), 20);
     assert_eq!(h.poll_eq(&mut ceq).len(), 15);

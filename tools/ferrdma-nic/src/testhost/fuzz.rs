@@ -22,7 +22,13 @@ pub enum Op {
     Admin(u8, [u64; 15]),
     /// A well-formed SQ WR with hostile fields (remote: selector, rkey, address), then the
     /// doorbell.
-    Send(u8, bool, Option<u32>, Vec<(u8, u64, u32, u32)>, (u8, u32, u64)),
+    Send(
+        u8,
+        bool,
+        Option<u32>,
+        Vec<(u8, u64, u32, u32)>,
+        (u8, u32, u64),
+    ),
     /// Raw quanta at the SQ head (header polarity from the host's view), then the doorbell.
     RawSq(Vec<[u64; 4]>),
     /// Raw RQ WQE at the RQ head.
@@ -58,7 +64,13 @@ fn addr() -> BoxedStrategy<u64> {
 }
 
 fn small() -> BoxedStrategy<u64> {
-    prop_oneof![0u64..16, Just(u64::from(u32::MAX)), any::<u32>().prop_map(u64::from), (1u64..8).prop_map(|s| 1 << (s * 2))].boxed()
+    prop_oneof![
+        0u64..16,
+        Just(u64::from(u32::MAX)),
+        any::<u32>().prop_map(u64::from),
+        (1u64..8).prop_map(|s| 1 << (s * 2))
+    ]
+    .boxed()
 }
 
 fn word() -> BoxedStrategy<u64> {
@@ -75,7 +87,13 @@ fn word() -> BoxedStrategy<u64> {
 }
 
 fn stag() -> BoxedStrategy<u32> {
-    prop_oneof![Just(0x111u32), Just(0x222), any::<u32>(), (0u32..8).prop_map(|i| (i << 8) | 0x11)].boxed()
+    prop_oneof![
+        Just(0x111u32),
+        Just(0x222),
+        any::<u32>(),
+        (0u32..8).prop_map(|i| (i << 8) | 0x11)
+    ]
+    .boxed()
 }
 
 /// SGEs: `(selector, address or offset, length, stag)`. Selector % 8: 0 raw hostile
@@ -149,7 +167,11 @@ fn sg_list(r: &Rig, v: &[(u8, u64, u32, u32)]) -> Vec<Sg> {
             let off = addr % 0x10000;
             let fit = (0x10000 - off) as u32;
             match sel % 8 {
-                0 => Sg { addr, len: len & 0x7fff_ffff, lkey },
+                0 => Sg {
+                    addr,
+                    len: len & 0x7fff_ffff,
+                    lkey,
+                },
                 1 => r.buf_a.sg(off, len & 0x7fff_ffff),
                 2 | 3 => r.buf_b.sg(off, len % fit.min(0x2000)),
                 _ => r.buf_a.sg(off, len % fit.min(0x2000)),
@@ -202,7 +224,10 @@ fn reconnect(r: &mut Rig) {
     for (qp, dest) in [(2u32, 3u32), (3, 2)] {
         for (mask, state) in [
             (qp_attr::STATE | qp_attr::ACCESS, qp_state::INIT),
-            (qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN, qp_state::RTR),
+            (
+                qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN,
+                qp_state::RTR,
+            ),
             (qp_attr::STATE | qp_attr::RNR_RETRY, qp_state::RTS),
         ] {
             let c = ModifyQp {
@@ -297,10 +322,14 @@ pub fn apply(r: &mut Rig, op: &Op) {
             r.h.post_recv(&mut r.b, &sg);
         }
         Op::Doorbell(off, data) => {
-            let _ = r.h.dev.write_region(crate::vfio_layout::REGION_DB, *off, data);
+            let _ =
+                r.h.dev
+                    .write_region(crate::vfio_layout::REGION_DB, *off, data);
         }
         Op::Reg(reg, v) => {
-            let _ = r.h.dev.write_region(REGION_BAR0, *reg as u64, &v.to_le_bytes());
+            let _ =
+                r.h.dev
+                    .write_region(REGION_BAR0, *reg as u64, &v.to_le_bytes());
         }
         Op::Shadow(which, head, arm) => {
             let cq = if *which { &r.cq_a } else { &r.cq_b };

@@ -51,8 +51,7 @@ impl Cqe {
         self.qw[3] >> cqe::SQ & 1 == 1
     }
     pub fn error(&self) -> Option<(u16, u16)> {
-        (self.qw[3] >> cqe::ERROR & 1 == 1)
-            .then(|| ((self.qw[3] >> 16) as u16, self.qw[3] as u16))
+        (self.qw[3] >> cqe::ERROR & 1 == 1).then(|| ((self.qw[3] >> 16) as u16, self.qw[3] as u16))
     }
     pub fn wqe_idx(&self) -> u32 {
         bits(self.qw[3], cqe::WQEIDX_HI, cqe::WQEIDX_LO) as u32
@@ -279,7 +278,9 @@ impl Host {
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; len];
-        self.ram.read_exact_at(&mut b, gpa - RAM_BASE + GUARD).unwrap();
+        self.ram
+            .read_exact_at(&mut b, gpa - RAM_BASE + GUARD)
+            .unwrap();
         b
     }
 
@@ -293,7 +294,9 @@ impl Host {
 
     pub fn reg(&self, off: usize) -> u32 {
         let mut b = [0u8; 4];
-        self.dev.read_region(REGION_BAR0, off as u64, &mut b).unwrap();
+        self.dev
+            .read_region(REGION_BAR0, off as u64, &mut b)
+            .unwrap();
         u32::from_le_bytes(b)
     }
 
@@ -310,7 +313,9 @@ impl Host {
 
     pub fn doorbell(&mut self, page: u32, off: usize, v: u32) {
         let at = u64::from(page) * DB_PAGE_SIZE as u64 + off as u64;
-        self.dev.write_region(REGION_DB, at, &v.to_le_bytes()).unwrap();
+        self.dev
+            .write_region(REGION_DB, at, &v.to_le_bytes())
+            .unwrap();
     }
 
     /// Interrupts delivered on `vector` since the last call.
@@ -484,7 +489,10 @@ impl Host {
             ..Default::default()
         };
         assert_eq!(self.admin(port.encode()), admin_status::OK);
-        assert_eq!(self.admin(gid_cmd(admin_op::ADD_GID, 0, GID0)), admin_status::OK);
+        assert_eq!(
+            self.admin(gid_cmd(admin_op::ADD_GID, 0, GID0)),
+            admin_status::OK
+        );
         (aeq, ceq)
     }
 
@@ -626,7 +634,17 @@ impl Host {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn create_qp(&mut self, id: u32, ty: u8, pd: u32, scq: u32, rcq: u32, sq_quanta: u32, rq_wqes: u32, rq_shift: u8) -> QpH {
+    pub fn create_qp(
+        &mut self,
+        id: u32,
+        ty: u8,
+        pd: u32,
+        scq: u32,
+        rcq: u32,
+        sq_quanta: u32,
+        rq_wqes: u32,
+        rq_shift: u8,
+    ) -> QpH {
         let sqp = (u64::from(sq_quanta) * 32).div_ceil(4096) as u32;
         let rqp = ((u64::from(rq_wqes) * 32) << rq_shift).div_ceil(4096) as u32;
         let sq_pages = self.scattered_pages(sqp);
@@ -698,28 +716,42 @@ impl Host {
             retry_cnt: 7,
             ..Default::default()
         };
-        assert_eq!(self.modify(qp, qp_attr::STATE | qp_attr::ACCESS, st(qp_state::INIT)), 0);
+        assert_eq!(
+            self.modify(qp, qp_attr::STATE | qp_attr::ACCESS, st(qp_state::INIT)),
+            0
+        );
         assert_eq!(
             self.modify(
                 qp,
-                qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN | qp_attr::PATH_MTU | qp_attr::RQ_PSN,
+                qp_attr::STATE
+                    | qp_attr::AV
+                    | qp_attr::DEST_QPN
+                    | qp_attr::PATH_MTU
+                    | qp_attr::RQ_PSN,
                 st(qp_state::RTR)
             ),
             0
         );
         assert_eq!(
-            self.modify(qp, qp_attr::STATE | qp_attr::RETRY_CNT | qp_attr::RNR_RETRY | qp_attr::SQ_PSN, st(qp_state::RTS)),
+            self.modify(
+                qp,
+                qp_attr::STATE | qp_attr::RETRY_CNT | qp_attr::RNR_RETRY | qp_attr::SQ_PSN,
+                st(qp_state::RTS)
+            ),
             0
         );
     }
 
-    pub fn to_ud_rts(&mut self, qp: u32, qkey: u32) {
+    pub fn ud_to_rts(&mut self, qp: u32, qkey: u32) {
         let st = |s: u8| QpAttrs {
             state: s,
             qkey,
             ..Default::default()
         };
-        assert_eq!(self.modify(qp, qp_attr::STATE | qp_attr::QKEY, st(qp_state::INIT)), 0);
+        assert_eq!(
+            self.modify(qp, qp_attr::STATE | qp_attr::QKEY, st(qp_state::INIT)),
+            0
+        );
         assert_eq!(self.modify(qp, qp_attr::STATE, st(qp_state::RTR)), 0);
         assert_eq!(self.modify(qp, qp_attr::STATE, st(qp_state::RTS)), 0);
     }
@@ -771,7 +803,11 @@ impl Host {
                 put(0, u64::from(imm));
             }
             for (i, byte) in d.iter().enumerate() {
-                let at = if i < 8 { 8 + i } else { 32 * (1 + (i - 8) / 31) + (i - 8) % 31 };
+                let at = if i < 8 {
+                    8 + i
+                } else {
+                    32 * (1 + (i - 8) / 31) + (i - 8) % 31
+                };
                 bytes[at] = *byte;
             }
             for q in 1..quanta as usize {

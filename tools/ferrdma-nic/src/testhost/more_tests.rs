@@ -10,7 +10,14 @@ fn modify_cq_resizes_and_moves_between_ceqs() {
     r.h.arm_eq(&ceq2);
     // Two completions in the old ring, then resize to a new ring of 16 and move to CEQ 2.
     for _ in 0..2 {
-        r.h.send(&mut r.a, &Wr { opcode: sq_op::NOP, signaled: true, ..Default::default() });
+        r.h.send(
+            &mut r.a,
+            &Wr {
+                opcode: sq_op::NOP,
+                signaled: true,
+                ..Default::default()
+            },
+        );
     }
     let ring = r.h.alloc(4096, 4096);
     let c = ModifyCq {
@@ -19,33 +26,105 @@ fn modify_cq_resizes_and_moves_between_ceqs() {
         size: 16,
         eq_id: 2,
         flags: MODIFY_CQ_RESIZE | MODIFY_CQ_EQ,
-        ring: PageList { addr: ring, npages: 1, level: 0, ..Default::default() },
+        ring: PageList {
+            addr: ring,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert_eq!(r.h.admin(c.encode()), 0);
-    assert_eq!(r.h.poll_cq(&mut r.cq_a).len(), 2, "old CQEs stay in the old ring");
-    let mut new = CqH { id: 1, ring, shadow: r.cq_a.shadow, size: 16, head: 0, pol: true, db_page: 1 };
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a).len(),
+        2,
+        "old CQEs stay in the old ring"
+    );
+    let mut new = CqH {
+        id: 1,
+        ring,
+        shadow: r.cq_a.shadow,
+        size: 16,
+        head: 0,
+        pol: true,
+        db_page: 1,
+    };
     r.h.w64(new.shadow, 0);
     r.h.arm_cq(&new, false);
-    r.h.send(&mut r.a, &Wr { opcode: sq_op::NOP, signaled: true, ..Default::default() });
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::NOP,
+            signaled: true,
+            ..Default::default()
+        },
+    );
     assert_eq!(r.h.poll_cq(&mut new).len(), 1);
     let ev = r.h.poll_eq(&mut ceq2);
     assert_eq!((ev.len(), ev[0].id), (1, 1));
     // Invalid modifications.
-    assert_eq!(r.h.admin(ModifyCq { flags: 4, ..c }.encode()), admin_status::INVALID);
-    assert_eq!(r.h.admin(ModifyCq { eq_id: 0, flags: MODIFY_CQ_EQ, ..c }.encode()), admin_status::INVALID);
-    assert_eq!(r.h.admin(ModifyCq { size: 129, flags: MODIFY_CQ_RESIZE, ..c }.encode()), admin_status::INVALID, "ring too small");
-    assert_eq!(r.h.admin(ModifyCq { cq_id: 99, ..c }.encode()), admin_status::NOT_FOUND);
+    assert_eq!(
+        r.h.admin(ModifyCq { flags: 4, ..c }.encode()),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        r.h.admin(
+            ModifyCq {
+                eq_id: 0,
+                flags: MODIFY_CQ_EQ,
+                ..c
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        r.h.admin(
+            ModifyCq {
+                size: 129,
+                flags: MODIFY_CQ_RESIZE,
+                ..c
+            }
+            .encode()
+        ),
+        admin_status::INVALID,
+        "ring too small"
+    );
+    assert_eq!(
+        r.h.admin(ModifyCq { cq_id: 99, ..c }.encode()),
+        admin_status::NOT_FOUND
+    );
 }
 
 #[test]
 fn link_down_fails_rc_sends_and_raises_port_events() {
     let mut r = Rig::rc();
-    let p = SetPort { hdr: Host::hdr(admin_op::SET_PORT), link: LINK_DOWN, mtu: 3, ..Default::default() };
+    let p = SetPort {
+        hdr: Host::hdr(admin_op::SET_PORT),
+        link: LINK_DOWN,
+        mtu: 3,
+        ..Default::default()
+    };
     assert_eq!(r.h.admin(p.encode()), 0);
-    assert!(r.h.poll_eq(&mut r.aeq).iter().any(|e| e.code == ae::PORT_DOWN));
-    r.h.send(&mut r.a, &Wr { opcode: sq_op::RDMA_WRITE, sges: vec![r.buf_a.sg(0, 8)], hdr_low: r.buf_b.stag, qw2: r.buf_b.va, ..Default::default() });
-    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), Some((1, flush::RETRY_EXC)));
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| e.code == ae::PORT_DOWN));
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_WRITE,
+            sges: vec![r.buf_a.sg(0, 8)],
+            hdr_low: r.buf_b.stag,
+            qw2: r.buf_b.va,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        Some((1, flush::RETRY_EXC))
+    );
 }
 
 #[test]
@@ -58,13 +137,32 @@ fn comm_est_on_first_receive_in_rtr() {
     let mut b = h.create_qp(3, QP_TYPE_RC, 1, 1, 1, 64, 8, 0);
     h.connect_rc(2, 3, 0);
     // B only to RTR.
-    let st = |s| QpAttrs { state: s, dest_qpn: 2, dgid: GID0, ..Default::default() };
+    let st = |s| QpAttrs {
+        state: s,
+        dest_qpn: 2,
+        dgid: GID0,
+        ..Default::default()
+    };
     assert_eq!(h.modify(3, qp_attr::STATE, st(qp_state::INIT)), 0);
-    assert_eq!(h.modify(3, qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN, st(qp_state::RTR)), 0);
+    assert_eq!(
+        h.modify(
+            3,
+            qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN,
+            st(qp_state::RTR)
+        ),
+        0
+    );
     let buf = h.reg_mr(0x1_00, 1, MR_ACCESS_LOCAL_WRITE, 0x1000);
     for _ in 0..2 {
         h.post_recv(&mut b, &[buf.sg(0, 64)]);
-        h.send(&mut a, &Wr { opcode: sq_op::SEND, sges: vec![buf.sg(0x100, 8)], ..Default::default() });
+        h.send(
+            &mut a,
+            &Wr {
+                opcode: sq_op::SEND,
+                sges: vec![buf.sg(0x100, 8)],
+                ..Default::default()
+            },
+        );
     }
     assert_eq!(h.poll_cq(&mut cq).len(), 2);
     let ev = h.poll_eq(&mut aeq);
@@ -79,14 +177,31 @@ fn gsi_qp_receives_ud_traffic_for_qp1() {
     let mut cq = h.create_cq(1, 64, 1);
     let mut gsi = h.create_qp(1, QP_TYPE_GSI, 1, 1, 1, 64, 8, 1);
     let mut ud = h.create_qp(5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
-    h.to_ud_rts(1, 0x8001_0000);
-    h.to_ud_rts(5, 7);
-    let ah = CreateAh { hdr: Host::hdr(admin_op::CREATE_AH), ah_id: 0, pd: 1, attrs: QpAttrs { dgid: GID0, ..Default::default() }, ..Default::default() };
+    h.ud_to_rts(1, 0x8001_0000);
+    h.ud_to_rts(5, 7);
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 0,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: GID0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
     assert_eq!(h.admin(ah.encode()), 0);
     let buf = h.reg_mr(0x1_00, 1, MR_ACCESS_LOCAL_WRITE, 0x1000);
     h.buf_write(&buf, 0x800, b"MAD!");
     h.post_recv(&mut gsi, &[buf.sg(0, 0x100)]);
-    h.send(&mut ud, &Wr { opcode: sq_op::SEND, sges: vec![buf.sg(0x800, 4)], qw2: (1 << 32) | 0x8001_0000, ..Default::default() });
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            sges: vec![buf.sg(0x800, 4)],
+            qw2: (1 << 32) | 0x8001_0000,
+            ..Default::default()
+        },
+    );
     let c = h.poll_cq(&mut cq);
     assert_eq!(c.len(), 1);
     assert_eq!((c[0].qp_id(), c[0].len(), c[0].qw[2] as u32), (1, 44, 5));
@@ -94,9 +209,23 @@ fn gsi_qp_receives_ud_traffic_for_qp1() {
     // The IPv6 GRH form when the AH is not IPv4.
     assert_eq!(h.buf_read(&buf, 0, 1)[0] >> 4, 6);
     // A UD SEND with an AH of another PD: local protection error.
-    let other = CreateAh { ah_id: 1, pd: 9, ..ah };
+    let other = CreateAh {
+        ah_id: 1,
+        pd: 9,
+        ..ah
+    };
     assert_eq!(h.admin(other.encode()), 0);
-    h.send(&mut ud, &Wr { opcode: sq_op::SEND, signaled: true, sges: vec![buf.sg(0x800, 4)], hdr_low: 1, qw2: (1 << 32) | 0x8001_0000, ..Default::default() });
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![buf.sg(0x800, 4)],
+            hdr_low: 1,
+            qw2: (1 << 32) | 0x8001_0000,
+            ..Default::default()
+        },
+    );
     assert_eq!(h.poll_cq(&mut cq)[0].error(), Some((1, flush::PROT)));
 }
 
@@ -104,10 +233,28 @@ fn gsi_qp_receives_ud_traffic_for_qp1() {
 fn send_with_invalidate_of_a_bad_stag() {
     let mut r = Rig::rc();
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(&mut r.a, &Wr { opcode: sq_op::SEND_SOL_INV, sges: vec![r.buf_a.sg(0, 8)], hdr_low: 0x777, ..Default::default() });
-    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), Some((1, flush::REM_INV_REQ)));
-    assert_eq!(r.h.poll_cq(&mut r.cq_b)[0].error(), Some((1, flush::LOC_QP_OP)));
-    assert!(r.h.poll_eq(&mut r.aeq).iter().any(|e| (e.code, e.id) == (ae::QP_INVALID_REQUEST, 3)));
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND_SOL_INV,
+            sges: vec![r.buf_a.sg(0, 8)],
+            hdr_low: 0x777,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        Some((1, flush::REM_INV_REQ))
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_b)[0].error(),
+        Some((1, flush::LOC_QP_OP))
+    );
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::QP_INVALID_REQUEST, 3)));
 }
 
 #[test]
@@ -124,7 +271,12 @@ fn rings_the_device_cannot_reach() {
         eq_id: 1,
         db_page: 1,
         shadow_addr: RAM_BASE,
-        ring: PageList { addr: 0x1000, npages: 1, level: 0, ..Default::default() },
+        ring: PageList {
+            addr: 0x1000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert_eq!(h.admin(bad_cq.encode()), 0);
@@ -140,8 +292,18 @@ fn rings_the_device_cannot_reach() {
         db_page: 1,
         sq_quanta: 8,
         rq_wqes: 8,
-        sq_ring: PageList { addr: 0x2000, npages: 1, level: 0, ..Default::default() },
-        rq_ring: PageList { addr: RAM_BASE + 0x4000, npages: 1, level: 0, ..Default::default() },
+        sq_ring: PageList {
+            addr: 0x2000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        rq_ring: PageList {
+            addr: RAM_BASE + 0x4000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert_eq!(h.admin(c.encode()), 0);
@@ -154,12 +316,24 @@ fn rings_the_device_cannot_reach() {
     // A QP completing to the unreachable CQ: the CQ stops with CQ_ACCESS.
     c.qp_id = 3;
     c.send_cq = 7;
-    c.sq_ring = PageList { addr: RAM_BASE + 0x5000, npages: 1, level: 0, ..Default::default() };
+    c.sq_ring = PageList {
+        addr: RAM_BASE + 0x5000,
+        npages: 1,
+        level: 0,
+        ..Default::default()
+    };
     assert_eq!(h.admin(c.encode()), 0);
     h.connect_rc(3, 3, 0);
-    h.write(RAM_BASE + 0x5000 + 24, &((1u64 << 63) | (1 << 62) | (u64::from(sq_op::NOP) << 32)).to_le_bytes());
+    h.write(
+        RAM_BASE + 0x5000 + 24,
+        &((1u64 << 63) | (1 << 62) | (u64::from(sq_op::NOP) << 32)).to_le_bytes(),
+    );
     h.doorbell(1, DB_SQ_OFFSET, 3);
     let ev = h.poll_eq(&mut aeq);
-    assert!(ev.iter().any(|e| (e.code, e.id, e.kind) == (ae::CQ_ACCESS, 7, eqe_kind::CQ)), "{ev:?}");
+    assert!(
+        ev.iter()
+            .any(|e| (e.code, e.id, e.kind) == (ae::CQ_ACCESS, 7, eqe_kind::CQ)),
+        "{ev:?}"
+    );
     assert!(h.guards_intact());
 }
