@@ -337,3 +337,127 @@ fn rings_the_device_cannot_reach() {
     );
     assert!(h.guards_intact());
 }
+
+#[test]
+fn mr_page_budget_is_enforced() {
+    let mut h = Host::new();
+    // Contiguous (level 0) lists need no reads, so the page budget is reached cheaply:
+    // 16 MRs of 2^18 pages fill the 4 Mi budget, the 17th is refused.
+    let mr = |i: u32| {
+        RegMr {
+            hdr: Host::hdr(admin_op::REG_MR),
+            stag: (i + 1) << 8,
+            pd: 1,
+            page_shift: 12,
+            iova: 0,
+            length: (MAX_PBL_PAGES as u64) << 12,
+            pages: PageList {
+                addr: RAM_BASE,
+                npages: MAX_PBL_PAGES,
+                level: PBL_LEVEL_CONTIG,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .encode()
+    };
+    for i in 0..16 {
+        assert_eq!(h.admin(mr(i)), 0, "MR {i}");
+    }
+    assert_eq!(h.admin(mr(16)), admin_status::NO_RESOURCES);
+    assert_eq!(h.admin(Host::object(admin_op::DEREG_MR, 1 << 8)), 0);
+    assert_eq!(h.admin(mr(16)), 0, "budget returned on deregistration");
+}
+
+#[test]
+fn read_into_read_only_memory_and_ud_to_a_foreign_gid() {
+    let mut r = Rig::rc();
+    let ro = r.h.reg_mr(0x9_00, 1, 0, 0x1000);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            sges: vec![ro.sg(0, 8)],
+            hdr_low: r.buf_b.stag,
+            qw2: r.buf_b.va,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), Some((1, flush::PROT)));
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::QP_LOCAL_ACCESS, 2)));
+    // UD to a GID this NIC does not own: no wire in 2.0, so it is dropped; the sender
+    // still completes successfully.
+    let mut h = Host::new();
+    h.standard();
+    let mut cq = h.create_cq(1, 64, 1);
+    let mut ud = h.create_qp(5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
+    h.ud_to_rts(5, 7);
+    let mut far = GID0;
+    far[15] = 99;
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 0,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: far,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(ah.encode()), 0);
+    let buf = h.reg_mr(0x1_00, 1, 0, 0x1000);
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![buf.sg(0, 4)],
+            qw2: (5 << 32) | 7,
+            ..Default::default()
+        },
+    );
+    let c = h.poll_cq(&mut cq);
+    assert_eq!((c.len(), c[0].error(), c[0].is_sq()), (1, None, true));
+    // SQ reflush through MODIFY_QP on a QP in ERR.
+    assert_eq!(
+        h.modify(
+            5,
+            qp_attr::STATE,
+            QpAttrs {
+                state: qp_state::ERR,
+                ..Default::default()
+            }
+        ),
+        0
+    );
+    h.poll_cq(&mut cq);
+    h.post_send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            sges: vec![buf.sg(0, 4)],
+            ..Default::default()
+        },
+    );
+    let reflush = ModifyQp {
+        hdr: Host::hdr(admin_op::MODIFY_QP),
+        qp_id: 5,
+        attr_mask: qp_attr::STATE,
+        flags: MODIFY_QP_SQ_FLUSH,
+        attrs: QpAttrs {
+            state: qp_state::ERR,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(reflush.encode()), 0);
+    let c = h.poll_cq(&mut cq);
+    assert_eq!(
+        (c.len(), c[0].error(), c[0].is_sq()),
+        (1, Some((1, flush::GENERAL)), true)
+    );
+}
