@@ -124,8 +124,17 @@ impl Engine {
                 break;
             }
             let head = self.aq.head;
-            let cmd_addr = self.aq.base + u64::from(head) * ADMIN_CMD_SIZE as u64;
-            let cpl_addr = self.aq.cbase + u64::from(head) * ADMIN_CPL_SIZE as u64;
+            // The bases are guest values: a ring reaching past 2^64 is a DMA fault, never a
+            // wrapped access to low memory.
+            let slot = |base: u64, size: usize| base.checked_add(u64::from(head) * size as u64);
+            let (Some(cmd_addr), Some(cpl_addr)) = (
+                slot(self.aq.base, ADMIN_CMD_SIZE),
+                slot(self.aq.cbase, ADMIN_CPL_SIZE).filter(|a| a.checked_add(16).is_some()),
+            ) else {
+                self.stats.dma_faults += 1;
+                self.aq.stop(aq_status::DMA_FAULT);
+                break;
+            };
             let mut cmd = [0u8; ADMIN_CMD_SIZE];
             if let Err(e) = env.mem.read(cmd_addr, &mut cmd) {
                 log::warn!("admin queue: command {head} not readable: {e}");

@@ -76,6 +76,17 @@ impl Cq {
         }
     }
 
+    /// Bus address of the shadow-area qword at byte `offset` (the shadow address is a guest
+    /// value and may sit just below 2^64).
+    fn shadow_word(&self, offset: usize) -> Result<u64, DmaError> {
+        self.shadow
+            .checked_add(offset as u64)
+            .ok_or(DmaError::Overflow {
+                addr: self.shadow,
+                len: offset as u64 + 8,
+            })
+    }
+
     /// Switches to a new ring (resize): index 0, polarity 1.
     pub fn resize(&mut self, ring: Ring) {
         self.ring = ring;
@@ -92,7 +103,7 @@ impl Cq {
     /// Fails if the shadow area is not readable (the arm state is then unchanged).
     pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<(), DmaError> {
         let mut w = [0u8; 8];
-        mem.read(self.shadow + cq_shadow::ARM_OFFSET as u64, &mut w)?;
+        mem.read(self.shadow_word(cq_shadow::ARM_OFFSET)?, &mut w)?;
         let word = u64::from_le_bytes(w);
         let seq = bits(word, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) as u8;
         if seq == self.last_seq {
@@ -112,7 +123,7 @@ impl Cq {
     /// Free slots according to the shadow consumer index, or `None` if it is unusable.
     fn free_slots(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
         let mut h = [0u8; 8];
-        mem.read(self.shadow + cq_shadow::HEAD_OFFSET as u64, &mut h)?;
+        mem.read(self.shadow_word(cq_shadow::HEAD_OFFSET)?, &mut h)?;
         let head = (u64::from_le_bytes(h) & cq_shadow::HEAD_MASK) as u32;
         let size = self.ring.entries();
         if head >= size {

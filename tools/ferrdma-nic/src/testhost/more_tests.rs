@@ -461,3 +461,51 @@ fn read_into_read_only_memory_and_ud_to_a_foreign_gid() {
         (1, Some((1, flush::GENERAL)), true)
     );
 }
+
+#[test]
+fn guest_addresses_at_the_top_of_the_address_space() {
+    let mut h = Host::new();
+    let (mut aeq, _ceq) = h.standard();
+    h.poll_eq(&mut aeq);
+    h.arm_eq(&aeq);
+    // A CQ whose shadow area would wrap past 2^64: arming and writing fail cleanly.
+    let ring = h.alloc(4096, 4096);
+    let c = CreateCq {
+        hdr: Host::hdr(admin_op::CREATE_CQ),
+        cq_id: 3,
+        size: 16,
+        eq_id: 1,
+        db_page: 1,
+        shadow_addr: u64::MAX - 7,
+        ring: PageList {
+            addr: ring,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(c.encode()), 0);
+    h.doorbell(1, DB_CQ_ARM_OFFSET, 3);
+    let mut qp = h.create_qp(2, QP_TYPE_RC, 1, 3, 3, 64, 8, 0);
+    h.connect_rc(2, 2, 0);
+    h.send(
+        &mut qp,
+        &Wr {
+            opcode: sq_op::NOP,
+            signaled: true,
+            ..Default::default()
+        },
+    );
+    assert!(h
+        .poll_eq(&mut aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::CQ_ACCESS, 3)));
+    // An admin ring at the very top of the address space.
+    h.set_reg(REG_AQ_CTRL, 0);
+    h.set_reg64(REG_AQ_BASE, u64::MAX - 4095);
+    h.set_reg(REG_AQ_CTRL, AQ_CTRL_ENABLE);
+    h.set_reg(REG_AQ_TAIL, 1);
+    assert_eq!(h.reg(REG_AQ_STATUS), aq_status::DMA_FAULT);
+    assert!(h.guards_intact());
+}
