@@ -47,6 +47,9 @@ pub enum Op {
     Modify(u32, u32, u8, u32),
     /// Timer tick.
     Tick,
+    /// A CQ with hostile geometry (shadow address, ring page list, size) used by a
+    /// self-connected QP: create both, post a signaled NOP, arm, ring, destroy both.
+    CqStress(u64, PageList, u32),
 }
 
 fn addr() -> BoxedStrategy<u64> {
@@ -157,6 +160,16 @@ pub fn op() -> BoxedStrategy<Op> {
         1 => (2u32..4, any::<u32>(), 0u8..8, any::<u32>()).prop_map(|(q, m, s, a)| Op::Modify(q, m, s, a)),
         1 => Just(Op::Tick),
         1 => Just(Op::Reconnect),
+        1 => (
+            prop_oneof![addr(), (u64::MAX - 64)..=u64::MAX],
+            (addr(), prop_oneof![0u32..4, any::<u32>()], 0u8..4),
+            prop_oneof![0u32..300, any::<u32>()]
+        )
+            .prop_map(|(shadow, (a, n, l), size)| Op::CqStress(
+                shadow & !7,
+                PageList { addr: a, npages: n, level: l, ..Default::default() },
+                size
+            )),
     ]
     .boxed()
 }
@@ -364,10 +377,89 @@ pub fn apply(r: &mut Rig, op: &Op) {
             }
         }
         Op::Tick => r.h.dev.tick(),
+        Op::CqStress(shadow, ring, size) => cq_stress(r, *shadow, *ring, *size),
     }
     // Keep draining CQs and EQs like a driver would, so the device keeps producing.
     r.h.poll_cq(&mut r.cq_a);
     r.h.poll_cq(&mut r.cq_b);
+}
+
+fn cq_stress(r: &mut Rig, shadow: u64, ring: PageList, size: u32) {
+    let cq = CreateCq {
+        hdr: Host::hdr(admin_op::CREATE_CQ),
+        cq_id: 9,
+        size,
+        eq_id: 1,
+        db_page: 1,
+        shadow_addr: shadow,
+        ring,
+        ..Default::default()
+    };
+    let Some(c) = r.h.admin_try(cq.encode()) else {
+        return fresh(r);
+    };
+    if c.status != 0 {
+        return;
+    }
+    let sq = r.h.alloc(4096, 4096);
+    let rq = r.h.alloc(4096, 4096);
+    let qp = CreateQp {
+        hdr: Host::hdr(admin_op::CREATE_QP),
+        qp_id: 9,
+        pd: 1,
+        send_cq: 9,
+        recv_cq: 9,
+        qp_type: QP_TYPE_RC,
+        db_page: 1,
+        sq_quanta: 8,
+        rq_wqes: 8,
+        sq_ring: PageList {
+            addr: sq,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        rq_ring: PageList {
+            addr: rq,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if r.h.admin_try(qp.encode()).is_some() {
+        for state in [qp_state::INIT, qp_state::RTR, qp_state::RTS] {
+            let m = ModifyQp {
+                hdr: Host::hdr(admin_op::MODIFY_QP),
+                qp_id: 9,
+                attr_mask: qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN,
+                attrs: QpAttrs {
+                    state,
+                    dest_qpn: 9,
+                    dgid: GID0,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            if r.h.admin_try(m.encode()).is_none() {
+                return fresh(r);
+            }
+        }
+        for k in 0..3u64 {
+            let hdr = (1u64 << 63) | (1 << 62) | (u64::from(sq_op::NOP) << 32);
+            r.h.write(sq + k * 32 + 24, &hdr.to_le_bytes());
+        }
+        r.h.doorbell(1, DB_CQ_ARM_OFFSET, 9);
+        r.h.doorbell(1, DB_SQ_OFFSET, 9);
+        r.h.doorbell(1, DB_CQ_ARM_OFFSET, 9);
+        let _ = r.h.admin_try(Host::object(admin_op::DESTROY_QP, 9));
+    }
+    if r.h
+        .admin_try(Host::object(admin_op::DESTROY_CQ, 9))
+        .is_none()
+    {
+        fresh(r);
+    }
 }
 
 /// The invariants after a sequence.
