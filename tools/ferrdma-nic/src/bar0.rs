@@ -122,10 +122,21 @@ impl Bar0 {
 
     /// Reads `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Bar0AccessError> {
+        self.read_with(offset, buf, &|_| None)
+    }
+
+    /// Reads `buf.len()` bytes at `offset`; `ext` supplies the registers of the RDMA engine
+    /// (interface 2.0), which take precedence.
+    pub fn read_with(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        ext: &dyn Fn(usize) -> Option<u32>,
+    ) -> Result<(), Bar0AccessError> {
         let start = Self::check(offset, buf.len())?;
         for (i, b) in buf.iter_mut().enumerate() {
             let at = start + i;
-            let reg = self.read_reg(at & !3);
+            let reg = ext(at & !3).unwrap_or_else(|| self.read_reg(at & !3));
             *b = reg.to_le_bytes()[at & 3];
         }
         Ok(())
@@ -139,16 +150,34 @@ impl Bar0 {
         mem: &dyn GuestMemory,
         irq: &dyn InterruptSink,
     ) -> Result<(), Bar0AccessError> {
+        self.write_with(offset, data, mem, irq, &mut |_, _| false)
+    }
+
+    /// Like [`Bar0::write`]; `ext` gets every 32-bit register write first and returns `true`
+    /// if it was an RDMA engine register (interface 2.0).
+    pub fn write_with(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        mem: &dyn GuestMemory,
+        irq: &dyn InterruptSink,
+        ext: &mut dyn FnMut(usize, u32) -> bool,
+    ) -> Result<(), Bar0AccessError> {
         let start = Self::check(offset, data.len())?;
         if start % 4 != 0 {
             log::debug!("BAR0: ignoring unaligned write at {start:#x}");
             return Ok(());
         }
+        let mut one = |this: &mut Self, reg: usize, v: u32| {
+            if !ext(reg, v) {
+                this.write_reg(reg, v, mem, irq);
+            }
+        };
         match *data {
-            [a, b, c, d] => self.write_reg(start, u32::from_le_bytes([a, b, c, d]), mem, irq),
+            [a, b, c, d] => one(self, start, u32::from_le_bytes([a, b, c, d])),
             [a, b, c, d, e, f, g, h] => {
-                self.write_reg(start, u32::from_le_bytes([a, b, c, d]), mem, irq);
-                self.write_reg(start + 4, u32::from_le_bytes([e, f, g, h]), mem, irq);
+                one(self, start, u32::from_le_bytes([a, b, c, d]));
+                one(self, start + 4, u32::from_le_bytes([e, f, g, h]));
             }
             _ => log::debug!("BAR0: ignoring {}-byte write at {start:#x}", data.len()),
         }

@@ -9,9 +9,9 @@
 use thiserror::Error;
 
 use crate::interface::{
-    BAR0_INDEX, BAR0_SIZE, MSIX_BAR_INDEX, MSIX_BAR_SIZE, MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET,
-    MSIX_VECTORS, PCI_CLASS_CODE, PCI_DEVICE_ID, PCI_REVISION_ID, PCI_SUBSYSTEM_ID,
-    PCI_SUBSYSTEM_VENDOR_ID, PCI_VENDOR_ID,
+    BAR0_INDEX, BAR0_SIZE, DB_BAR_INDEX, DB_BAR_SIZE, MSIX_BAR_INDEX, MSIX_BAR_SIZE,
+    MSIX_PBA_OFFSET, MSIX_TABLE_OFFSET, MSIX_VECTORS, PCI_CLASS_CODE, PCI_DEVICE_ID,
+    PCI_REVISION_ID, PCI_SUBSYSTEM_ID, PCI_SUBSYSTEM_VENDOR_ID, PCI_VENDOR_ID,
 };
 
 /// Size of the configuration space.
@@ -102,6 +102,11 @@ impl ConfigSpace {
         c.bytes[HEADER_TYPE] = 0x00;
         // BAR0 and the MSI-X BAR: 32-bit, non-prefetchable memory (type bits all zero).
         c.put32(BAR_BASE + 4 * BAR0_INDEX as usize, 0, bar_mask(BAR0_SIZE));
+        c.put32(
+            BAR_BASE + 4 * DB_BAR_INDEX as usize,
+            0,
+            bar_mask(DB_BAR_SIZE),
+        );
         c.put32(
             BAR_BASE + 4 * MSIX_BAR_INDEX as usize,
             0,
@@ -249,8 +254,12 @@ mod tests {
         // Programming an address keeps only the aligned bits.
         w32(&mut c, bar0, 0xfebc_1234);
         assert_eq!(r32(&c, bar0), 0xfebc_0000);
+        let bar2 = (BAR_BASE + 8) as u64;
+        w32(&mut c, bar2, 0xffff_ffff);
+        let mask2 = r32(&c, bar2);
+        assert_eq!((!mask2).wrapping_add(1) as usize, DB_BAR_SIZE);
         // Unimplemented BARs and the ROM BAR read 0 after all-ones writes.
-        for bar in [1u64, 2, 3, 5] {
+        for bar in [1u64, 3, 5] {
             let off = BAR_BASE as u64 + 4 * bar;
             w32(&mut c, off, 0xffff_ffff);
             assert_eq!(r32(&c, off), 0, "BAR{bar}");
@@ -274,7 +283,7 @@ mod tests {
         for off in 0..CONFIG_SPACE_SIZE {
             let writable = matches!(
                 off,
-                0x04 | 0x05 | 0x0c | 0x10..=0x13 | 0x20..=0x23 | 0x3c | 0x43
+                0x04 | 0x05 | 0x0c | 0x10..=0x13 | 0x18..=0x1b | 0x20..=0x23 | 0x3c | 0x43
             );
             if !writable {
                 assert_eq!(after[off], before[off], "byte {off:#x} changed");

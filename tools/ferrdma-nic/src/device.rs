@@ -12,11 +12,12 @@ use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::bar0::{Bar0, Bar0AccessError};
 use crate::config_space::{ConfigAccessError, ConfigSpace};
-use crate::dma::{DmaPerm, DmaSpace, MapRequestError};
+use crate::dma::{BusMasterGate, DmaPerm, DmaSpace, MapRequestError};
 use crate::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
 use crate::msix::{GatedMsix, InterruptSink, MsixError, MsixVectors};
 use crate::msix_bar::{MsixBar, MsixBarAccessError};
-use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_MSIX_BAR};
+use crate::rdma::{Engine, Env};
+use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
 
 /// `DMA_MAP` flag: the device may read.
 pub const DMA_MAP_READ: u32 = 1 << 0;
@@ -68,6 +69,7 @@ pub struct Device {
     msix_bar: MsixBar,
     vectors: MsixVectors,
     dma: DmaSpace,
+    engine: Engine,
 }
 
 impl Device {
@@ -81,12 +83,36 @@ impl Device {
             msix_bar: MsixBar::new(),
             vectors: MsixVectors::new(),
             dma: DmaSpace::new(),
+            engine: Engine::new(),
         }
     }
 
     /// Sets the port MAC the device reports (kept across device resets).
     pub fn set_mac(&mut self, mac: [u8; 6]) {
         self.bar0.set_mac(mac);
+    }
+
+    /// The RDMA engine (for inspection).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Runs the RDMA engine's timer work (RNR retries).
+    pub fn tick(&mut self) {
+        let mem = BusMasterGate {
+            mem: &self.dma,
+            enabled: self.config.bus_master(),
+        };
+        let irq = GatedMsix {
+            vectors: &self.vectors,
+            enabled: self.config.msix_enabled(),
+        };
+        let env = Env {
+            mem: &mem,
+            irq: &irq,
+            bus_master: mem.enabled,
+        };
+        self.engine.tick(&env);
     }
 
     /// Config space (for inspection).
@@ -113,8 +139,22 @@ impl Device {
     ) -> Result<(), DeviceError> {
         match region {
             REGION_CONFIG => self.config.read(offset, data)?,
-            REGION_BAR0 => self.bar0.read(offset, data)?,
+            REGION_BAR0 => {
+                let engine = &self.engine;
+                self.bar0
+                    .read_with(offset, data, &|reg| engine.read_reg(reg))?
+            }
             REGION_MSIX_BAR => self.msix_bar.read(offset, data)?,
+            // The doorbell BAR is write-only.
+            REGION_DB => {
+                if offset
+                    .checked_add(data.len() as u64)
+                    .is_none_or(|end| end > crate::interface::DB_BAR_SIZE as u64)
+                {
+                    return Err(DeviceError::NoSuchRegion(region));
+                }
+                data.fill(0);
+            }
             _ => return Err(DeviceError::NoSuchRegion(region)),
         }
         Ok(())
@@ -140,12 +180,30 @@ impl Device {
                     );
                 }
             }
-            REGION_BAR0 => {
+            REGION_BAR0 | REGION_DB => {
                 let irq = GatedMsix {
                     vectors: &self.vectors,
                     enabled: self.config.msix_enabled(),
                 };
-                self.bar0.write(offset, data, &self.dma, &irq)?;
+                // No DMA without Bus Master Enable.
+                let mem = BusMasterGate {
+                    mem: &self.dma,
+                    enabled: self.config.bus_master(),
+                };
+                let env = Env {
+                    mem: &mem,
+                    irq: &irq,
+                    bus_master: mem.enabled,
+                };
+                let engine = &mut self.engine;
+                if region == REGION_DB {
+                    engine.doorbell(&env, offset, data);
+                } else {
+                    self.bar0
+                        .write_with(offset, data, &mem, &irq, &mut |reg, v| {
+                            engine.write_reg(&env, reg, v)
+                        })?;
+                }
             }
             REGION_MSIX_BAR => self.msix_bar.write(offset, data)?,
             _ => return Err(DeviceError::NoSuchRegion(region)),
@@ -271,6 +329,7 @@ impl Device {
         self.bar0 = Bar0::new();
         self.bar0.set_mac(mac);
         self.msix_bar = MsixBar::new();
+        self.engine = Engine::new();
         log::info!("{}: reset", self.name);
     }
 }
@@ -389,7 +448,7 @@ mod tests {
         assert_eq!(r32(&d, REGION_CONFIG, 0), 0xfe10_1234);
         assert_eq!(r32(&d, REGION_BAR0, REG_ID), 0x4652_444d);
         let mut b = [0u8; 4];
-        for region in [1, 2, 3, 5, 6, 8, 9, u32::MAX] {
+        for region in [1, 3, 5, 6, 8, 9, u32::MAX] {
             assert!(matches!(
                 d.read_region(region, 0, &mut b),
                 Err(DeviceError::NoSuchRegion(_))
@@ -521,6 +580,18 @@ mod tests {
             "unknown flag"
         );
         f.write_all_at(b"ferrdma!", 0x1000).unwrap();
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC, 0x8000_0000);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC + 4, 0);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_DST, 0x8000_1000);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_DST + 4, 0);
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_LEN, 8);
+        // Without Bus Master Enable the device may not touch memory.
+        w32(&mut d, REGION_BAR0, REG_TEST_DMA_CTRL, TEST_DMA_CTRL_START);
+        assert_eq!(
+            r32(&d, REGION_BAR0, REG_TEST_STATUS),
+            TestStatus::DmaFault as u32
+        );
+        w32(&mut d, REGION_CONFIG, 4, 0x6);
         w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC, 0x8000_0000);
         w32(&mut d, REGION_BAR0, REG_TEST_DMA_SRC + 4, 0);
         w32(&mut d, REGION_BAR0, REG_TEST_DMA_DST, 0x8000_1000);

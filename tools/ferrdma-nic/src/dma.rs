@@ -26,6 +26,8 @@ pub enum DmaError {
     NoBacking { addr: u64 },
     #[error("address {addr:#x} is mapped without {access} permission")]
     Permission { addr: u64, access: &'static str },
+    #[error("bus mastering is disabled")]
+    BusMasterOff,
 }
 
 /// Why a `DMA_MAP`/`DMA_UNMAP` request was refused.
@@ -56,6 +58,29 @@ pub trait GuestMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
     /// Writes `data` to guest memory at `addr`, or fails without writing anything.
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
+}
+
+/// Guest memory as seen through the PCI command register: with Bus Master Enable off the
+/// device may not issue any DMA, so every access fails without touching memory.
+pub struct BusMasterGate<'a> {
+    pub mem: &'a dyn GuestMemory,
+    pub enabled: bool,
+}
+
+impl GuestMemory for BusMasterGate<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        if !self.enabled {
+            return Err(DmaError::BusMasterOff);
+        }
+        self.mem.read(addr, buf)
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        if !self.enabled {
+            return Err(DmaError::BusMasterOff);
+        }
+        self.mem.write(addr, data)
+    }
 }
 
 /// Permissions of a DMA mapping, from the `DMA_MAP` flags.

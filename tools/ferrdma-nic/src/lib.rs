@@ -14,8 +14,13 @@ pub mod irq_request;
 pub mod mapping;
 pub mod msix;
 pub mod msix_bar;
+pub mod rdma;
 pub mod server;
 pub mod vfio_layout;
 
 #[cfg(test)]
+mod interface_layout;
+#[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod testhost;

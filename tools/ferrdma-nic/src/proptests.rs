@@ -14,7 +14,7 @@ use crate::interface::{
 };
 use crate::mapping::test_util::memfd;
 use crate::msix::test_util::eventfd;
-use crate::vfio_layout::{region_size, REGION_BAR0, REGION_CONFIG, REGION_MSIX_BAR};
+use crate::vfio_layout::{region_size, REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
 
 const PAGE: u64 = 0x1000;
 /// Guest memory: one memfd of 3 pages of which only the middle page is mapped, at IOVA.
@@ -204,7 +204,7 @@ proptest! {
         let (d, _f) = rig();
         let mut buf = vec![0u8; len];
         let r = d.read_region(region, offset, &mut buf);
-        let real = matches!(region, REGION_CONFIG | REGION_BAR0 | REGION_MSIX_BAR);
+        let real = matches!(region, REGION_CONFIG | REGION_BAR0 | REGION_MSIX_BAR | REGION_DB);
         let in_bounds = offset.checked_add(len as u64).is_some_and(|e| e <= size as u64);
         prop_assert_eq!(r.is_ok(), real && in_bounds);
     }

@@ -1,7 +1,7 @@
 //! What the device reports to the vfio-user client: its regions and irq indices.
 //!
 //! Regions follow the VFIO PCI numbering: BAR0..BAR5 (0..=5), ROM (6), config space (7),
-//! VGA (8). Only BAR0, the MSI-X BAR and config space have a size; none is mmap-able, so
+//! VGA (8). Only BAR0, the doorbell BAR (2), the MSI-X BAR and config space have a size; none is mmap-able, so
 //! every access arrives as a `REGION_READ`/`REGION_WRITE` message. Config space is 256
 //! bytes, which tells QEMU this is a conventional PCI function (no PCIe capability).
 //!
@@ -18,10 +18,14 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::{IrqInfo, ServerRegion};
 
 use crate::config_space::CONFIG_SPACE_SIZE;
-use crate::interface::{BAR0_INDEX, BAR0_SIZE, MSIX_BAR_INDEX, MSIX_BAR_SIZE, MSIX_VECTORS};
+use crate::interface::{
+    BAR0_INDEX, BAR0_SIZE, DB_BAR_INDEX, DB_BAR_SIZE, MSIX_BAR_INDEX, MSIX_BAR_SIZE, MSIX_VECTORS,
+};
 
 /// Region index of BAR0.
 pub const REGION_BAR0: u32 = VFIO_PCI_BAR0_REGION_INDEX + BAR0_INDEX;
+/// Region index of the doorbell BAR.
+pub const REGION_DB: u32 = VFIO_PCI_BAR0_REGION_INDEX + DB_BAR_INDEX;
 /// Region index of the MSI-X BAR.
 pub const REGION_MSIX_BAR: u32 = VFIO_PCI_BAR0_REGION_INDEX + MSIX_BAR_INDEX;
 /// Region index of config space.
@@ -33,6 +37,7 @@ pub const NUM_REGIONS: u32 = VFIO_PCI_NUM_REGIONS;
 pub fn region_size(index: u32) -> u64 {
     match index {
         REGION_BAR0 => BAR0_SIZE as u64,
+        REGION_DB => DB_BAR_SIZE as u64,
         REGION_MSIX_BAR => MSIX_BAR_SIZE as u64,
         REGION_CONFIG => CONFIG_SPACE_SIZE as u64,
         _ => 0,
@@ -104,11 +109,12 @@ mod tests {
         assert_eq!(regions[0].region_info.size, 0x1_0000);
         assert_eq!(regions[4].region_info.size, 0x1000);
         assert_eq!(regions[7].region_info.size, 256);
-        for i in [1, 2, 3, 5, 6, 8] {
+        assert_eq!(regions[2].region_info.size, 0x10_0000);
+        for i in [1, 3, 5, 6, 8] {
             assert_eq!(regions[i].region_info.size, 0, "region {i}");
             assert_eq!(regions[i].region_info.flags, 0, "region {i}");
         }
-        for i in [0, 4, 7] {
+        for i in [0, 2, 4, 7] {
             assert_eq!(
                 regions[i].region_info.flags,
                 VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE

@@ -2,7 +2,9 @@
 # End-to-end check of ferrdma-nic behind QEMU's vfio-user-pci client, without a guest
 # kernel: QEMU's qtest accelerator plays the guest (PCI config cycles, MMIO, guest RAM).
 # It checks identity, the MSI-X capability, BAR sizing, every register, a DMA copy and each
-# TEST_STATUS error, and an MSI-X interrupt that QEMU delivers into guest RAM. Then it stops
+# TEST_STATUS error, and an MSI-X interrupt that QEMU delivers into guest RAM. For interface
+# 2.0 it sizes the doorbell BAR, runs QUERY_CAPS through the admin queue in guest RAM and
+# rings a (harmless) doorbell. Then it stops
 # QEMU and checks that the NIC exits 0 and removes its socket.
 #
 # Run inside the ferrdma sysroot (QEMU >= 10.1 with vfio-user-pci):
@@ -49,6 +51,7 @@ QEMU_PID=$QEMU_CO_PID
 CFG=$((0x80000000 | (3 << 11)))
 BAR0=0xfe000000
 BAR4=0xfe010000
+BAR2=0xfe100000
 
 reply=
 q() {
@@ -88,15 +91,17 @@ cfg_read 0x48 "MSI-X PBA: BAR4 + 0x800" 0x804
 # BAR sizing, then program the BARs and enable memory + bus master.
 cfg_write 0x10 0xffffffff; cfg_read 0x10 "BAR0 size mask" 0xffff0000
 cfg_write 0x20 0xffffffff; cfg_read 0x20 "BAR4 size mask" 0xfffff000
+cfg_write 0x18 0xffffffff; cfg_read 0x18 "BAR2 (doorbell) size mask" 0xfff00000
 cfg_write 0x10 $BAR0
 cfg_write 0x20 $BAR4
+cfg_write 0x18 $BAR2
 cfg_write 0x04 0x6
 
 # Registers.
 check "ID" "readl $(reg 0x0)" 0x4652444d
 check "VERSION" "readl $(reg 0x4)" 0x00010001
-check "MAC_LO (default MAC 52:54:00:fe:10:01)" "readl $(reg 0x10)" 0xfe005452
-check "MAC_HI" "readl $(reg 0x14)" 0x00000110
+check "MAC_LO (default MAC 52:54:00:fe:10:01)" "readl $(reg 0x18)" 0xfe005452
+check "MAC_HI" "readl $(reg 0x1c)" 0x00000110
 check "SCRATCH reset" "readl $(reg 0x8)" 0
 q "writel $(reg 0x8) 0x12345678"
 check "SCRATCH" "readl $(reg 0x8)" 0x12345678
@@ -129,6 +134,27 @@ done
 check "MSI-X message delivered" "readl 0x3000" 0xabcd
 q "writel $(reg 0x100) 8"; status "TEST_IRQ 8" 1
 check "PBA" "readl $((BAR4 + 0x800))" 0
+
+# Interface 2.0: reset the RDMA engine, run the admin queue in guest RAM (2 entries at
+# 0x400000, completions at 0x401000) with QUERY_CAPS writing to 0x402000.
+check "FEATURES" "readl $(reg 0x10)" 3
+q "writel $(reg 0x200) 1"
+check "DEV_STATUS" "readl $(reg 0x204)" 1
+q "writel $(reg 0x210) 0x400000"; q "writel $(reg 0x214) 0"
+q "writel $(reg 0x218) 0x401000"; q "writel $(reg 0x21c) 0"
+q "writel $(reg 0x220) 2"; q "writel $(reg 0x224) 1"
+check "AQ_STATUS" "readl $(reg 0x230)" 0
+q "writeq 0x400000 0x550001"; q "writel 0x40000c 128"; q "writeq 0x400010 0x402000"
+q "writel $(reg 0x228) 1"
+check "AQ_HEAD" "readl $(reg 0x22c)" 1
+check "completion: cmd_id, status OK" "readl 0x401000" 0x55
+check "completion: opcode, phase" "readl 0x40100c" 0x80000001
+check "caps: hw_rev, max_sge, max_read_sge, chunk" "readl 0x402000" 0x080d0d02
+check "caps: max_qp" "readl 0x402008" 1024
+# A doorbell for a QP that does not exist is ignored; the doorbell BAR reads 0.
+q "writel $BAR2 5"; q "writel $((BAR2 + 0x40)) 9"
+check "doorbell BAR reads 0" "readl $BAR2" 0
+check "still alive" "readl $(reg 0x0)" 0x4652444d
 
 # Stop QEMU; the NIC must see the disconnect, exit 0 and remove its socket.
 kill "$QEMU_PID"

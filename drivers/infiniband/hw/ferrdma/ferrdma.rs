@@ -9,7 +9,7 @@
 mod driver;
 mod ibdev;
 // Shared with the device model, which uses every item: here only a part is reachable.
-#[allow(unreachable_pub, dead_code)]
+#[allow(unreachable_pub)]
 mod interface;
 mod regs;
 mod selftest;

@@ -58,9 +58,9 @@ pub const REG_SCRATCH: usize = 0x008;
 /// `MSIX_COUNT` (RO): number of MSI-X vectors the function implements.
 pub const REG_MSIX_COUNT: usize = 0x00c;
 /// `MAC_LO` (RO, since 1.1): bytes 0..3 of the port's Ethernet MAC, byte 0 in bits 7:0.
-pub const REG_MAC_LO: usize = 0x010;
+pub const REG_MAC_LO: usize = 0x018;
 /// `MAC_HI` (RO, since 1.1): bytes 4..5 of the port's Ethernet MAC in bits 15:0; bits 31:16 are 0.
-pub const REG_MAC_HI: usize = 0x014;
+pub const REG_MAC_HI: usize = 0x01c;
 
 /// Splits a MAC into the (`MAC_LO`, `MAC_HI`) register values.
 pub const fn mac_to_regs(mac: [u8; 6]) -> (u32, u32) {
@@ -128,4 +128,1351 @@ impl TestStatus {
             _ => None,
         }
     }
+}
+
+// ============================================================================================
+// Interface 2.0 additions: RDMA engine. Everything below is new; nothing above changed.
+// The prose for every item is in programming-manual.rst, section by section.
+// ============================================================================================
+
+// --------------------------------------------------------------------------------------------
+// Wire encoding. Every command, completion and queue entry is a `#[repr(C)]` struct of
+// little-endian integers with explicit padding. `encode`/`decode` convert to and from the
+// exact byte image without `unsafe`; both are total (no panics).
+// --------------------------------------------------------------------------------------------
+
+/// A fixed-size little-endian value that can be placed into or read from a byte image.
+pub trait Wire: Sized + Copy {
+    /// Bytes occupied on the wire.
+    const SIZE: usize;
+    /// Writes the value to the first [`Self::SIZE`] bytes of `out` (nothing if `out` is short).
+    fn put(&self, out: &mut [u8]);
+    /// Reads the value from the first [`Self::SIZE`] bytes of `inp` (zero if `inp` is short).
+    fn get(inp: &[u8]) -> Self;
+}
+
+macro_rules! wire_int {
+    ($($t:ty),*) => {$(
+        impl Wire for $t {
+            const SIZE: usize = core::mem::size_of::<$t>();
+            fn put(&self, out: &mut [u8]) {
+                if let Some(d) = out.get_mut(..Self::SIZE) {
+                    d.copy_from_slice(&self.to_le_bytes());
+                }
+            }
+            fn get(inp: &[u8]) -> Self {
+                match inp.get(..Self::SIZE).and_then(|s| s.try_into().ok()) {
+                    Some(b) => <$t>::from_le_bytes(b),
+                    None => 0,
+                }
+            }
+        }
+    )*};
+}
+wire_int!(u8, u16, u32, u64);
+
+impl<const N: usize> Wire for [u8; N] {
+    const SIZE: usize = N;
+    fn put(&self, out: &mut [u8]) {
+        if let Some(d) = out.get_mut(..N) {
+            d.copy_from_slice(self);
+        }
+    }
+    fn get(inp: &[u8]) -> Self {
+        let mut v = [0u8; N];
+        if let Some(s) = inp.get(..N) {
+            v.copy_from_slice(s);
+        }
+        v
+    }
+}
+
+/// Declares a wire struct: `#[repr(C)]`, size-checked against the sum of its fields (so it
+/// has no implicit padding), with `encode`/`decode` to its `[u8; SIZE]` image.
+macro_rules! wire_struct {
+    ($(#[$sm:meta])* pub struct $name:ident [$size:expr] {
+        $($(#[$fm:meta])* pub $f:ident : $t:ty,)*
+    }) => {
+        $(#[$sm])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+        }
+        const _: () = assert!(core::mem::size_of::<$name>() == $size);
+        const _: () = assert!(0 $(+ <$t as Wire>::SIZE)* == $size);
+        impl $name {
+            /// Size of the byte image.
+            pub const SIZE: usize = $size;
+            /// The little-endian byte image.
+            pub fn encode(&self) -> [u8; $size] {
+                let mut b = [0u8; $size];
+                Wire::put(self, &mut b);
+                b
+            }
+            /// Decodes a byte image.
+            pub fn decode(b: &[u8; $size]) -> Self {
+                <Self as Wire>::get(b)
+            }
+        }
+        impl Wire for $name {
+            const SIZE: usize = $size;
+            #[allow(unused_assignments)]
+            fn put(&self, out: &mut [u8]) {
+                let mut off = 0usize;
+                $(
+                    if let Some(s) = out.get_mut(off..) {
+                        Wire::put(&self.$f, s);
+                    }
+                    off += <$t as Wire>::SIZE;
+                )*
+            }
+            #[allow(unused_assignments)]
+            fn get(inp: &[u8]) -> Self {
+                let mut off = 0usize;
+                $(
+                    let $f = <$t as Wire>::get(inp.get(off..).unwrap_or(&[]));
+                    off += <$t as Wire>::SIZE;
+                )*
+                Self { $($f,)* }
+            }
+        }
+    };
+}
+
+/// Extracts bits `hi..=lo` of `v`.
+pub const fn bits(v: u64, hi: u32, lo: u32) -> u64 {
+    (v >> lo) & (u64::MAX >> (63 - hi + lo))
+}
+
+/// `v` with bits `hi..=lo` replaced by the low bits of `field`.
+pub const fn set_bits(v: u64, hi: u32, lo: u32, field: u64) -> u64 {
+    let mask = (u64::MAX >> (63 - hi + lo)) << lo;
+    (v & !mask) | ((field << lo) & mask)
+}
+
+// --------------------------------------------------------------------------------------------
+// BAR0 additions (manual: "BAR0 register map", "Reset and initialisation").
+// --------------------------------------------------------------------------------------------
+
+/// `FEATURES` (RO): what this function implements beyond interface 1.0.
+pub const REG_FEATURES: usize = 0x010;
+/// [`REG_FEATURES`] bit: the admin queue, event queues and RDMA engine of interface 2.0.
+pub const FEATURE_RDMA: u32 = 1 << 0;
+/// [`REG_FEATURES`] bit: the doorbell BAR ([`DB_BAR_INDEX`]) is present.
+pub const FEATURE_DOORBELL_BAR: u32 = 1 << 1;
+
+/// `DEV_CTRL` (WO): writing [`DEV_CTRL_RESET`] resets the RDMA engine (all objects gone,
+/// admin queue disabled, registers below at reset values). Complete when the write returns.
+pub const REG_DEV_CTRL: usize = 0x200;
+/// [`REG_DEV_CTRL`] value that resets the RDMA engine.
+pub const DEV_CTRL_RESET: u32 = 1;
+/// `DEV_STATUS` (RO): [`DEV_STATUS_READY`], [`DEV_STATUS_FATAL`].
+pub const REG_DEV_STATUS: usize = 0x204;
+/// [`REG_DEV_STATUS`] bit: the engine is out of reset and accepts admin commands.
+pub const DEV_STATUS_READY: u32 = 1 << 0;
+/// [`REG_DEV_STATUS`] bit: the engine met an unrecoverable error; only a reset helps.
+pub const DEV_STATUS_FATAL: u32 = 1 << 1;
+
+/// `AQ_BASE` (RW, 64-bit): bus address of the admin command ring, [`AQ_BASE_ALIGN`]-aligned.
+pub const REG_AQ_BASE: usize = 0x210;
+/// `ACQ_BASE` (RW, 64-bit): bus address of the admin completion ring, [`AQ_BASE_ALIGN`]-aligned.
+pub const REG_ACQ_BASE: usize = 0x218;
+/// `AQ_SIZE` (RW): entries in each admin ring, a power of two in
+/// [`AQ_MIN_ENTRIES`]..=[`AQ_MAX_ENTRIES`]. Ignored while the queue is enabled.
+pub const REG_AQ_SIZE: usize = 0x220;
+/// `AQ_CTRL` (RW): [`AQ_CTRL_ENABLE`], [`AQ_CTRL_IRQ`].
+pub const REG_AQ_CTRL: usize = 0x224;
+/// [`REG_AQ_CTRL`] bit: the admin queue runs. Setting it checks the ring registers (result in
+/// [`REG_AQ_STATUS`]) and starts with head = tail = 0 and phase 1.
+pub const AQ_CTRL_ENABLE: u32 = 1 << 0;
+/// [`REG_AQ_CTRL`] bit: raise MSI-X vector [`AEQ_VECTOR`] after writing admin completions.
+pub const AQ_CTRL_IRQ: u32 = 1 << 1;
+/// `AQ_TAIL` (RW): the driver's producer index; writing it is the admin doorbell.
+pub const REG_AQ_TAIL: usize = 0x228;
+/// `AQ_HEAD` (RO): the device's consumer index (next command it will read).
+pub const REG_AQ_HEAD: usize = 0x22c;
+/// `AQ_STATUS` (RO): an [`AqStatus`] value.
+pub const REG_AQ_STATUS: usize = 0x230;
+/// `EQ_DOORBELL` (WO): consume and re-arm an event queue; see [`eq_doorbell`].
+pub const REG_EQ_DOORBELL: usize = 0x300;
+
+/// Alignment of [`REG_AQ_BASE`] and [`REG_ACQ_BASE`].
+pub const AQ_BASE_ALIGN: u64 = 4096;
+/// Smallest admin ring.
+pub const AQ_MIN_ENTRIES: u32 = 2;
+/// Largest admin ring.
+pub const AQ_MAX_ENTRIES: u32 = 4096;
+
+/// [`REG_AQ_STATUS`] values.
+pub mod aq_status {
+    /// Running normally (or disabled without error).
+    pub const OK: u32 = 0;
+    /// `AQ_CTRL.ENABLE` was set with a bad base alignment or size; the queue stays disabled.
+    pub const BAD_CONFIG: u32 = 1;
+    /// `AQ_TAIL` was written with a value >= `AQ_SIZE`; the write was ignored.
+    pub const BAD_TAIL: u32 = 2;
+    /// A ring entry could not be read or a completion written; the queue stopped (disabled).
+    pub const DMA_FAULT: u32 = 3;
+    /// Bus Master Enable is off: the queue stopped without touching memory.
+    pub const NO_BUS_MASTER: u32 = 4;
+}
+
+/// Bit 31 of an [`REG_EQ_DOORBELL`] write: re-arm the queue.
+pub const EQ_DB_ARM: u32 = 1 << 31;
+/// Encodes an [`REG_EQ_DOORBELL`] value: event queue `eq_id` (bits 30:24), new consumer
+/// index `cons` (bits 23:0; the index of the next entry software will read), and arm.
+pub const fn eq_doorbell(eq_id: u32, cons: u32, arm: bool) -> u32 {
+    ((eq_id & 0x7f) << 24) | (cons & 0x00ff_ffff) | if arm { EQ_DB_ARM } else { 0 }
+}
+
+// --------------------------------------------------------------------------------------------
+// The doorbell BAR (manual: "Doorbell BAR"): irdma GEN_2 doorbell page semantics.
+// --------------------------------------------------------------------------------------------
+
+/// BAR2: doorbell pages, 32-bit non-prefetchable memory, write-only, user-mappable per page.
+pub const DB_BAR_INDEX: u32 = 2;
+/// Bytes per doorbell page (one per user context; the kernel uses page 0 by convention).
+pub const DB_PAGE_SIZE: usize = 4096;
+/// Doorbell pages in the BAR.
+pub const DB_PAGES: u32 = 256;
+/// Size of the doorbell BAR.
+pub const DB_BAR_SIZE: usize = DB_PAGE_SIZE * DB_PAGES as usize;
+/// Page offset of the SQ doorbell: a 32-bit write of the QP id (bits 19:0; 31:20 must be 0).
+pub const DB_SQ_OFFSET: usize = 0x000;
+/// Page offset of the CQ arm doorbell: a 32-bit write of the CQ id.
+pub const DB_CQ_ARM_OFFSET: usize = 0x040;
+/// Mask of the QP id in an SQ doorbell value.
+pub const DB_SQ_QP_MASK: u32 = 0x000f_ffff;
+
+// --------------------------------------------------------------------------------------------
+// Limits (manual: "Limits"). QUERY_CAPS reports the same values.
+// --------------------------------------------------------------------------------------------
+
+/// QP ids are 0..MAX_QP; 0 is reserved, 1 is the GSI QP.
+pub const MAX_QP: u32 = 1024;
+/// CQ ids are 0..MAX_CQ.
+pub const MAX_CQ: u32 = 1024;
+/// MR table entries (STag index = stag >> 8) are 0..MAX_MR.
+pub const MAX_MR: u32 = 4096;
+/// AH ids are 0..MAX_AH (libirdma carries 17 bits).
+pub const MAX_AH: u32 = 1024;
+/// PD ids are 0..MAX_PD (allocated by the driver; the device only compares them).
+pub const MAX_PD: u32 = 1 << 18;
+/// Event queues: ids 0..MAX_EQ, at most one per MSI-X vector.
+pub const MAX_EQ: u32 = MSIX_VECTORS;
+/// GID table entries.
+pub const MAX_GID: u32 = 32;
+/// Largest SQ ring, in 32-byte quanta (the CQE WQE index is 15 bits).
+pub const MAX_SQ_QUANTA: u32 = 32768;
+/// Largest RQ ring, in quanta.
+pub const MAX_RQ_QUANTA: u32 = 32768;
+/// Smallest SQ or RQ ring, in quanta.
+pub const MIN_WQ_QUANTA: u32 = 8;
+/// Largest CQ ring, in 32-byte entries.
+pub const MAX_CQ_ENTRIES: u32 = 1 << 20;
+/// Smallest CQ ring.
+pub const MIN_CQ_ENTRIES: u32 = 4;
+/// Largest EQ ring, in 16-byte entries (a power of two).
+pub const MAX_EQ_ENTRIES: u32 = 1 << 16;
+/// Smallest EQ ring.
+pub const MIN_EQ_ENTRIES: u32 = 16;
+/// Scatter/gather entries per WQE.
+pub const MAX_SGE: u32 = 13;
+/// Inline bytes per WQE.
+pub const MAX_INLINE: u32 = 101;
+/// SQ chunk: no WQE straddles an 8-quantum chunk (libirdma pads with NOPs).
+pub const SQ_CHUNK_QUANTA: u32 = 8;
+/// Largest message (and MR).
+pub const MAX_MSG_SIZE: u32 = 1 << 31;
+/// Largest MR length in bytes.
+pub const MAX_MR_SIZE: u64 = 1 << 40;
+/// Supported MR page sizes, as a bit mask of sizes (4 KiB, 2 MiB, 1 GiB).
+pub const PAGE_SIZE_CAP: u64 = (1 << 12) | (1 << 21) | (1 << 30);
+/// Page size of every queue ring (SQ, RQ, CQ, EQ) and of page-list pages.
+pub const QUEUE_PAGE_SIZE: u64 = 4096;
+/// Page addresses per page-list page.
+pub const PBL_ENTRIES_PER_PAGE: u32 = 512;
+/// Largest page count of one page list (two levels of 512).
+pub const MAX_PBL_PAGES: u32 = PBL_ENTRIES_PER_PAGE * PBL_ENTRIES_PER_PAGE;
+/// Largest `max_rd_atomic` / `max_dest_rd_atomic`.
+pub const MAX_RD_ATOMIC: u8 = 16;
+/// MSI-X vector of the asynchronous event queue (and of admin completions).
+pub const AEQ_VECTOR: u32 = 0;
+/// irdma hardware revision reported to libirdma.
+pub const HW_REV_GEN_2: u8 = 2;
+
+// --------------------------------------------------------------------------------------------
+// Page lists (manual: "Page lists").
+// --------------------------------------------------------------------------------------------
+
+/// `addr` is the first page; the pages are physically contiguous.
+pub const PBL_LEVEL_CONTIG: u8 = 0;
+/// `addr` points to an array of page addresses (u64 LE), up to 512 in one 4 KiB page.
+pub const PBL_LEVEL_1: u8 = 1;
+/// `addr` points to an array of up to 512 addresses of level-1 pages, each holding up to
+/// 512 page addresses.
+pub const PBL_LEVEL_2: u8 = 2;
+
+wire_struct! {
+    /// Where the pages of a ring or memory region are.
+    pub struct PageList [16] {
+        /// Bus address: the first page ([`PBL_LEVEL_CONTIG`]) or the (root) list page.
+        pub addr: u64,
+        /// Number of pages described.
+        pub npages: u32,
+        /// [`PBL_LEVEL_CONTIG`], [`PBL_LEVEL_1`] or [`PBL_LEVEL_2`].
+        pub level: u8,
+        /// Reserved, 0.
+        pub rsvd0: u8,
+        /// Reserved, 0.
+        pub rsvd1: u16,
+    }
+}
+
+// --------------------------------------------------------------------------------------------
+// Admin queue (manual: "Admin queue").
+// --------------------------------------------------------------------------------------------
+
+/// Bytes per admin command.
+pub const ADMIN_CMD_SIZE: usize = 128;
+/// Bytes per admin completion.
+pub const ADMIN_CPL_SIZE: usize = 16;
+/// [`AdminCompletion::flags`] bit: the phase tag (1 on the first pass, flips each wrap).
+pub const ACQ_FLAG_PHASE: u16 = 1 << 15;
+/// How long the device may take for one command before the driver should give up and
+/// reset (milliseconds).
+pub const ADMIN_TIMEOUT_MS: u32 = 1000;
+
+/// Admin command opcodes.
+pub mod admin_op {
+    /// Writes a [`super::Caps`] to the output buffer.
+    pub const QUERY_CAPS: u8 = 0x01;
+    /// [`super::CreateEq`].
+    pub const CREATE_EQ: u8 = 0x02;
+    /// [`super::DestroyObject`] with an EQ id.
+    pub const DESTROY_EQ: u8 = 0x03;
+    /// [`super::CreateCq`].
+    pub const CREATE_CQ: u8 = 0x04;
+    /// [`super::ModifyCq`].
+    pub const MODIFY_CQ: u8 = 0x05;
+    /// [`super::DestroyObject`] with a CQ id.
+    pub const DESTROY_CQ: u8 = 0x06;
+    /// [`super::CreateQp`].
+    pub const CREATE_QP: u8 = 0x07;
+    /// [`super::ModifyQp`].
+    pub const MODIFY_QP: u8 = 0x08;
+    /// [`super::QueryObject`] with a QP id; writes a [`super::QpQueryOut`].
+    pub const QUERY_QP: u8 = 0x09;
+    /// [`super::DestroyObject`] with a QP id.
+    pub const DESTROY_QP: u8 = 0x0a;
+    /// [`super::RegMr`].
+    pub const REG_MR: u8 = 0x0b;
+    /// [`super::DestroyObject`] with an STag.
+    pub const DEREG_MR: u8 = 0x0c;
+    /// [`super::GidCmd`].
+    pub const ADD_GID: u8 = 0x0d;
+    /// [`super::GidCmd`] (only the index is used).
+    pub const DEL_GID: u8 = 0x0e;
+    /// [`super::SetPort`].
+    pub const SET_PORT: u8 = 0x0f;
+    /// [`super::QueryObject`]; writes a [`super::Stats`]. `id` bit 0 set: clear after read.
+    pub const QUERY_STATS: u8 = 0x10;
+    /// [`super::CreateAh`].
+    pub const CREATE_AH: u8 = 0x11;
+    /// [`super::DestroyObject`] with an AH id.
+    pub const DESTROY_AH: u8 = 0x12;
+}
+
+/// Admin completion status codes ([`AdminCompletion::status`]).
+pub mod admin_status {
+    /// Done.
+    pub const OK: u16 = 0;
+    /// Unknown opcode.
+    pub const BAD_OPCODE: u16 = 1;
+    /// A field is out of range or inconsistent; `detail` holds the byte offset of the field.
+    pub const INVALID: u16 = 2;
+    /// The id is beyond the table size.
+    pub const BAD_ID: u16 = 3;
+    /// The id is already in use (create).
+    pub const EXISTS: u16 = 4;
+    /// The object does not exist.
+    pub const NOT_FOUND: u16 = 5;
+    /// The object is still referenced (e.g. a CQ used by a QP, an EQ used by a CQ).
+    pub const BUSY: u16 = 6;
+    /// Illegal QP state transition or missing attributes for it.
+    pub const BAD_STATE: u16 = 7;
+    /// A buffer, page list or ring named by the command is not accessible to the device.
+    pub const DMA_FAULT: u16 = 8;
+    /// Valid but not implemented (e.g. a feature bit this device lacks).
+    pub const NOT_SUPPORTED: u16 = 9;
+    /// The device ran out of an internal resource (e.g. page-list memory).
+    pub const NO_RESOURCES: u16 = 10;
+}
+
+wire_struct! {
+    /// The first 8 bytes of every admin command.
+    pub struct AdminHeader [8] {
+        /// An [`admin_op`] value.
+        pub opcode: u8,
+        /// Reserved, 0.
+        pub flags: u8,
+        /// Echoed in the completion.
+        pub cmd_id: u16,
+        /// Reserved, 0.
+        pub rsvd: u32,
+    }
+}
+
+wire_struct! {
+    /// One admin completion, written at the same ring index as its command.
+    pub struct AdminCompletion [16] {
+        /// The command's `cmd_id`.
+        pub cmd_id: u16,
+        /// An [`admin_status`] value.
+        pub status: u16,
+        /// Command-specific result (0 unless documented).
+        pub result: u32,
+        /// On error: byte offset in the command of the offending field, or 0.
+        pub detail: u32,
+        /// The command's opcode.
+        pub opcode: u8,
+        /// Reserved, 0.
+        pub rsvd: u8,
+        /// [`ACQ_FLAG_PHASE`].
+        pub flags: u16,
+    }
+}
+
+wire_struct! {
+    /// Commands that name one object (DESTROY_*, DEREG_MR, QUERY_QP, QUERY_STATS) or
+    /// have an output buffer (QUERY_CAPS).
+    pub struct QueryObject [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// Object id (QP id, STag, ...); flags for QUERY_STATS.
+        pub id: u32,
+        /// Bytes available at `out_addr` (must cover the output structure).
+        pub out_len: u32,
+        /// Bus address of the output buffer (QUERY_* only).
+        pub out_addr: u64,
+        /// Reserved, 0.
+        pub rsvd: [u8; 16],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 24],
+    }
+}
+
+/// DESTROY_* and DEREG_MR use the [`QueryObject`] layout (only `id` matters).
+pub type DestroyObject = QueryObject;
+
+/// [`CreateEq::kind`]: the asynchronous event queue (exactly one, on vector 0).
+pub const EQ_KIND_AEQ: u8 = 0;
+/// [`CreateEq::kind`]: a completion event queue (vectors 1..).
+pub const EQ_KIND_CEQ: u8 = 1;
+
+wire_struct! {
+    /// CREATE_EQ.
+    pub struct CreateEq [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// EQ id, 0..[`MAX_EQ`].
+        pub eq_id: u32,
+        /// Entries (16 bytes each), a power of two in [`MIN_EQ_ENTRIES`]..=[`MAX_EQ_ENTRIES`].
+        pub size: u32,
+        /// MSI-X vector: [`AEQ_VECTOR`] for the AEQ, 1..[`MSIX_VECTORS`] for a CEQ.
+        pub vector: u32,
+        /// [`EQ_KIND_AEQ`] or [`EQ_KIND_CEQ`].
+        pub kind: u8,
+        /// Reserved, 0.
+        pub rsvd0: u8,
+        /// Reserved: interrupt moderation interval in microseconds; must be 0 in 2.0.
+        pub moderation_us: u16,
+        /// The ring's 4 KiB pages.
+        pub ring: PageList,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 24],
+    }
+}
+
+wire_struct! {
+    /// CREATE_CQ, and the new ring of a MODIFY_CQ resize.
+    pub struct CreateCq [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// CQ id, 0..[`MAX_CQ`].
+        pub cq_id: u32,
+        /// Ring entries (32 bytes each), [`MIN_CQ_ENTRIES`]..=[`MAX_CQ_ENTRIES`], any value.
+        pub size: u32,
+        /// The CEQ that receives this CQ's completion events.
+        pub eq_id: u32,
+        /// Doorbell page whose CQ-arm doorbell may arm this CQ (0..[`DB_PAGES`]).
+        pub db_page: u32,
+        /// Bus address of the 64-byte CQ shadow area (8-byte aligned).
+        pub shadow_addr: u64,
+        /// The ring's 4 KiB pages.
+        pub ring: PageList,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 16],
+    }
+}
+
+/// [`ModifyCq::flags`] bit: switch to the new ring given in `ring`/`size` (resize).
+pub const MODIFY_CQ_RESIZE: u32 = 1 << 0;
+/// [`ModifyCq::flags`] bit: move to the CEQ in `eq_id`.
+pub const MODIFY_CQ_EQ: u32 = 1 << 1;
+
+wire_struct! {
+    /// MODIFY_CQ.
+    pub struct ModifyCq [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// CQ id.
+        pub cq_id: u32,
+        /// New ring entries (with [`MODIFY_CQ_RESIZE`]).
+        pub size: u32,
+        /// New CEQ (with [`MODIFY_CQ_EQ`]).
+        pub eq_id: u32,
+        /// [`MODIFY_CQ_RESIZE`], [`MODIFY_CQ_EQ`].
+        pub flags: u32,
+        /// New shadow area (with [`MODIFY_CQ_RESIZE`]; 0 keeps the old one).
+        pub shadow_addr: u64,
+        /// New ring (with [`MODIFY_CQ_RESIZE`]).
+        pub ring: PageList,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 16],
+    }
+}
+
+/// QP type: reliable connected.
+pub const QP_TYPE_RC: u8 = 0;
+/// QP type: unreliable datagram.
+pub const QP_TYPE_UD: u8 = 1;
+/// QP type: the GSI QP (UD semantics; id must be 1).
+pub const QP_TYPE_GSI: u8 = 2;
+
+wire_struct! {
+    /// CREATE_QP. The QP starts in RESET with SQ and RQ tails 0 and expected polarity 1.
+    pub struct CreateQp [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// QP id, 1..[`MAX_QP`] (1 only for GSI).
+        pub qp_id: u32,
+        /// Protection domain.
+        pub pd: u32,
+        /// CQ for SQ completions.
+        pub send_cq: u32,
+        /// CQ for RQ completions.
+        pub recv_cq: u32,
+        /// [`QP_TYPE_RC`], [`QP_TYPE_UD`] or [`QP_TYPE_GSI`].
+        pub qp_type: u8,
+        /// RQ WQE size is `32 << rq_shift` bytes (0..=3).
+        pub rq_shift: u8,
+        /// Reserved, 0.
+        pub rsvd0: u16,
+        /// Doorbell page whose SQ doorbell may ring this QP.
+        pub db_page: u32,
+        /// SQ ring size in quanta: a power of two, [`MIN_WQ_QUANTA`]..=[`MAX_SQ_QUANTA`].
+        pub sq_quanta: u32,
+        /// RQ ring size in WQEs: a power of two; `rq_wqes << rq_shift` <= [`MAX_RQ_QUANTA`].
+        pub rq_wqes: u32,
+        /// The SQ ring's 4 KiB pages.
+        pub sq_ring: PageList,
+        /// The RQ ring's 4 KiB pages.
+        pub rq_ring: PageList,
+        /// Bus address of the 64-byte QP shadow area (the device may write qw0).
+        pub shadow_addr: u64,
+        /// Written verbatim to qw1 of every CQE of this QP (libirdma's `user_compl_ctx`).
+        pub compl_ctx: u64,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 8],
+    }
+}
+
+/// QP states.
+pub mod qp_state {
+    /// Created or reset: doorbells ignored, nothing received.
+    pub const RESET: u8 = 0;
+    /// Receives may be posted; nothing is received yet; doorbells ignored.
+    pub const INIT: u8 = 1;
+    /// Ready to receive.
+    pub const RTR: u8 = 2;
+    /// Ready to send.
+    pub const RTS: u8 = 3;
+    /// Send queue drained: no new SQ WQEs start.
+    pub const SQD: u8 = 4;
+    /// Error: every WQE completes in error (flush).
+    pub const ERR: u8 = 6;
+}
+
+/// [`ModifyQp::attr_mask`] bits: which [`QpAttrs`] fields the command sets.
+pub mod qp_attr {
+    /// `state`.
+    pub const STATE: u32 = 1 << 0;
+    /// `access`.
+    pub const ACCESS: u32 = 1 << 1;
+    /// `qkey`.
+    pub const QKEY: u32 = 1 << 2;
+    /// Address vector: `dgid`, `sgid_index`, `hop_limit`, `traffic_class`, `flow_label`,
+    /// `dmac`, `udp_sport`, `vlan_id`, `av_flags`.
+    pub const AV: u32 = 1 << 3;
+    /// `path_mtu`.
+    pub const PATH_MTU: u32 = 1 << 4;
+    /// `timeout`.
+    pub const TIMEOUT: u32 = 1 << 5;
+    /// `retry_cnt`.
+    pub const RETRY_CNT: u32 = 1 << 6;
+    /// `rnr_retry`.
+    pub const RNR_RETRY: u32 = 1 << 7;
+    /// `rq_psn`.
+    pub const RQ_PSN: u32 = 1 << 8;
+    /// `max_rd_atomic`.
+    pub const MAX_RD_ATOMIC: u32 = 1 << 9;
+    /// `min_rnr_timer`.
+    pub const MIN_RNR_TIMER: u32 = 1 << 10;
+    /// `sq_psn`.
+    pub const SQ_PSN: u32 = 1 << 11;
+    /// `max_dest_rd_atomic`.
+    pub const MAX_DEST_RD_ATOMIC: u32 = 1 << 12;
+    /// `dest_qpn`.
+    pub const DEST_QPN: u32 = 1 << 13;
+    /// Every defined bit.
+    pub const ALL: u32 = (1 << 14) - 1;
+}
+
+/// [`QpAttrs::access`] bit: remote peers may RDMA WRITE through this QP.
+pub const QP_ACCESS_REMOTE_WRITE: u32 = 1 << 0;
+/// [`QpAttrs::access`] bit: remote peers may RDMA READ through this QP.
+pub const QP_ACCESS_REMOTE_READ: u32 = 1 << 1;
+/// [`QpAttrs::access`] bit: remote atomics (not supported; must be 0).
+pub const QP_ACCESS_REMOTE_ATOMIC: u32 = 1 << 2;
+
+/// [`QpAttrs::av_flags`] bit: the destination is IPv4 (`dgid` is `::ffff:a.b.c.d`).
+pub const AV_FLAG_IPV4: u8 = 1 << 0;
+/// [`QpAttrs::av_flags`] bit: `vlan_id` is valid.
+pub const AV_FLAG_VLAN: u8 = 1 << 1;
+
+/// Path MTU encodings (IB): 1 = 256 .. 5 = 4096 bytes.
+pub const fn mtu_bytes(path_mtu: u8) -> Option<u32> {
+    match path_mtu {
+        1..=5 => Some(128 << path_mtu),
+        _ => None,
+    }
+}
+
+wire_struct! {
+    /// QP attributes, set by MODIFY_QP and returned by QUERY_QP.
+    pub struct QpAttrs [64] {
+        /// A [`qp_state`] value.
+        pub state: u8,
+        /// IB MTU enum, see [`mtu_bytes`].
+        pub path_mtu: u8,
+        /// Local ACK timeout exponent (4.096 us * 2^timeout; 0 = infinite).
+        pub timeout: u8,
+        /// Transport retries, 0..=7.
+        pub retry_cnt: u8,
+        /// RNR retries, 0..=7 (7 = infinite).
+        pub rnr_retry: u8,
+        /// Minimum RNR NAK timer (IB encoding, 0..=31).
+        pub min_rnr_timer: u8,
+        /// Outstanding RDMA READs as requester, 0..=[`MAX_RD_ATOMIC`].
+        pub max_rd_atomic: u8,
+        /// Outstanding RDMA READs as responder, 0..=[`MAX_RD_ATOMIC`].
+        pub max_dest_rd_atomic: u8,
+        /// Source GID table index.
+        pub sgid_index: u8,
+        /// IPv6 hop limit / IPv4 TTL.
+        pub hop_limit: u8,
+        /// IPv6 traffic class / IPv4 TOS.
+        pub traffic_class: u8,
+        /// [`AV_FLAG_IPV4`], [`AV_FLAG_VLAN`].
+        pub av_flags: u8,
+        /// RoCEv2 UDP source port.
+        pub udp_sport: u16,
+        /// VLAN id (with [`AV_FLAG_VLAN`]).
+        pub vlan_id: u16,
+        /// IPv6 flow label (20 bits).
+        pub flow_label: u32,
+        /// Destination QP number (24 bits).
+        pub dest_qpn: u32,
+        /// Q_Key (UD, GSI).
+        pub qkey: u32,
+        /// Next send PSN (24 bits).
+        pub sq_psn: u32,
+        /// Next expected receive PSN (24 bits).
+        pub rq_psn: u32,
+        /// [`QP_ACCESS_REMOTE_WRITE`], [`QP_ACCESS_REMOTE_READ`].
+        pub access: u32,
+        /// Destination MAC.
+        pub dmac: [u8; 6],
+        /// Reserved, 0.
+        pub rsvd: [u8; 2],
+        /// Destination GID (IPv6, or IPv4-mapped with [`AV_FLAG_IPV4`]).
+        pub dgid: [u8; 16],
+    }
+}
+
+/// [`ModifyQp::flags`] bit: QP in ERR: flush SQ WQEs posted since the last flush (reflush).
+pub const MODIFY_QP_SQ_FLUSH: u32 = 1 << 0;
+/// [`ModifyQp::flags`] bit: QP in ERR: flush RQ WQEs posted since the last flush (reflush).
+pub const MODIFY_QP_RQ_FLUSH: u32 = 1 << 1;
+
+wire_struct! {
+    /// MODIFY_QP.
+    pub struct ModifyQp [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// QP id.
+        pub qp_id: u32,
+        /// [`qp_attr`] bits.
+        pub attr_mask: u32,
+        /// [`MODIFY_QP_SQ_FLUSH`], [`MODIFY_QP_RQ_FLUSH`].
+        pub flags: u32,
+        /// Reserved, 0.
+        pub rsvd0: u32,
+        /// New attributes (fields outside `attr_mask` are ignored).
+        pub attrs: QpAttrs,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 8],
+    }
+}
+
+wire_struct! {
+    /// QUERY_QP output.
+    pub struct QpQueryOut [96] {
+        /// Current attributes.
+        pub attrs: QpAttrs,
+        /// QP type.
+        pub qp_type: u8,
+        /// Expected SQ polarity (0/1).
+        pub sq_polarity: u8,
+        /// Expected RQ polarity (0/1).
+        pub rq_polarity: u8,
+        /// Last flush code the QP reported (0 if none).
+        pub last_error: u8,
+        /// Protection domain.
+        pub pd: u32,
+        /// Send CQ.
+        pub send_cq: u32,
+        /// Receive CQ.
+        pub recv_cq: u32,
+        /// SQ tail (quanta).
+        pub sq_tail: u32,
+        /// RQ tail (WQEs).
+        pub rq_tail: u32,
+        /// Reserved.
+        pub rsvd: [u8; 8],
+    }
+}
+
+/// MR access: local write (local read is always allowed).
+pub const MR_ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+/// MR access: remote write.
+pub const MR_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// MR access: remote read.
+pub const MR_ACCESS_REMOTE_READ: u32 = 1 << 2;
+/// MR access: addresses are offsets from 0, not from `iova`.
+pub const MR_ACCESS_ZERO_BASED: u32 = 1 << 3;
+/// Every defined MR access bit.
+pub const MR_ACCESS_ALL: u32 = (1 << 4) - 1;
+
+wire_struct! {
+    /// REG_MR: memory region `[iova, iova + length)` backed by `pages`.
+    pub struct RegMr [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// STag = lkey = rkey: table index in bits 31:8, consumer key in 7:0.
+        pub stag: u32,
+        /// Protection domain.
+        pub pd: u32,
+        /// MR_ACCESS_* bits.
+        pub access: u32,
+        /// log2 of the page size: 12, 21 or 30.
+        pub page_shift: u8,
+        /// Reserved, 0.
+        pub rsvd0: [u8; 3],
+        /// First byte's address (offset of `iova` within the first page = `iova % page size`).
+        pub iova: u64,
+        /// Length in bytes, 1..=[`MAX_MR_SIZE`].
+        pub length: u64,
+        /// The pages; at least `ceil((iova % ps + length) / ps)`.
+        pub pages: PageList,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 8],
+    }
+}
+
+/// STag table index.
+pub const fn stag_index(stag: u32) -> u32 {
+    stag >> 8
+}
+
+wire_struct! {
+    /// ADD_GID / DEL_GID. RoCEv2 GIDs only.
+    pub struct GidCmd [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// Table index, 0..[`MAX_GID`].
+        pub index: u32,
+        /// Reserved, 0.
+        pub rsvd0: u32,
+        /// The GID (IPv6, or IPv4-mapped `::ffff:a.b.c.d`).
+        pub gid: [u8; 16],
+        /// Source MAC for packets from this GID.
+        pub mac: [u8; 6],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 2],
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 24],
+    }
+}
+
+/// [`SetPort::link`]: link down.
+pub const LINK_DOWN: u8 = 0;
+/// [`SetPort::link`]: link up.
+pub const LINK_UP: u8 = 1;
+
+wire_struct! {
+    /// SET_PORT.
+    pub struct SetPort [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// Port MAC address.
+        pub mac: [u8; 6],
+        /// [`LINK_DOWN`] or [`LINK_UP`].
+        pub link: u8,
+        /// Port MTU (IB enum, see [`mtu_bytes`]).
+        pub mtu: u8,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 16],
+    }
+}
+
+wire_struct! {
+    /// CREATE_AH: a UD address handle.
+    pub struct CreateAh [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// AH id, 0..[`MAX_AH`].
+        pub ah_id: u32,
+        /// Protection domain (must match the QP's on use).
+        pub pd: u32,
+        /// Address vector (only the AV fields and nothing else are used).
+        pub attrs: QpAttrs,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 16],
+    }
+}
+
+wire_struct! {
+    /// QUERY_CAPS output.
+    pub struct Caps [128] {
+        /// [`HW_REV_GEN_2`].
+        pub hw_rev: u8,
+        /// [`MAX_SGE`].
+        pub max_sge: u8,
+        /// Largest RDMA READ SGE count ([`MAX_SGE`]).
+        pub max_read_sge: u8,
+        /// [`SQ_CHUNK_QUANTA`].
+        pub sq_chunk_quanta: u8,
+        /// [`MAX_INLINE`].
+        pub max_inline: u16,
+        /// [`MIN_WQ_QUANTA`].
+        pub min_wq_quanta: u16,
+        /// [`MAX_QP`].
+        pub max_qp: u32,
+        /// [`MAX_CQ`].
+        pub max_cq: u32,
+        /// [`MAX_MR`].
+        pub max_mr: u32,
+        /// [`MAX_AH`].
+        pub max_ah: u32,
+        /// [`MAX_PD`].
+        pub max_pd: u32,
+        /// [`MAX_SQ_QUANTA`].
+        pub max_sq_quanta: u32,
+        /// [`MAX_RQ_QUANTA`].
+        pub max_rq_quanta: u32,
+        /// [`MAX_CQ_ENTRIES`].
+        pub max_cq_entries: u32,
+        /// [`MAX_EQ_ENTRIES`].
+        pub max_eq_entries: u32,
+        /// [`MAX_EQ`].
+        pub max_eq: u32,
+        /// [`MAX_GID`].
+        pub max_gid: u32,
+        /// [`DB_PAGES`].
+        pub db_pages: u32,
+        /// [`MAX_MSG_SIZE`].
+        pub max_msg_size: u32,
+        /// Reserved.
+        pub rsvd_align: u32,
+        /// [`MAX_MR_SIZE`].
+        pub max_mr_size: u64,
+        /// [`PAGE_SIZE_CAP`].
+        pub page_size_cap: u64,
+        /// [`MAX_RD_ATOMIC`].
+        pub max_rd_atomic: u8,
+        /// Largest page-list level (2).
+        pub max_pbl_level: u8,
+        /// Physical ports (1).
+        pub ports: u8,
+        /// Reserved.
+        pub rsvd0: u8,
+        /// MSI-X vectors.
+        pub msix_vectors: u32,
+        /// Firmware version: major in 47:32, minor in 15:0.
+        pub fw_ver: u64,
+        /// Reserved.
+        pub rsvd: [u8; 32],
+    }
+}
+
+wire_struct! {
+    /// QUERY_STATS output: counters since reset (or since the last clearing read).
+    pub struct Stats [128] {
+        /// RoCE packets sent (one per message in the loopback model).
+        pub tx_packets: u64,
+        /// Payload bytes sent.
+        pub tx_bytes: u64,
+        /// Messages delivered to a receive queue or memory.
+        pub rx_packets: u64,
+        /// Payload bytes received.
+        pub rx_bytes: u64,
+        /// Inbound messages dropped (UD without receive WQE, bad Q_Key, no such QP, ...).
+        pub rx_drops: u64,
+        /// RNR NAKs generated.
+        pub rnr_naks: u64,
+        /// CQEs written.
+        pub cqes: u64,
+        /// Completion event queue entries written.
+        pub ceqes: u64,
+        /// Asynchronous event queue entries written.
+        pub aeqes: u64,
+        /// Admin commands completed.
+        pub admin_cmds: u64,
+        /// Admin commands completed with an error status.
+        pub admin_errors: u64,
+        /// SQ and CQ doorbells accepted.
+        pub doorbells: u64,
+        /// Doorbells ignored (unknown id, wrong page, bad value).
+        pub spurious_doorbells: u64,
+        /// WQEs completed in error (not counting flushes).
+        pub wqe_errors: u64,
+        /// Guest memory accesses that faulted.
+        pub dma_faults: u64,
+        /// Interrupts raised.
+        pub interrupts: u64,
+    }
+}
+
+/// [`QueryObject::id`] bit for QUERY_STATS: clear the counters after reading them.
+pub const STATS_CLEAR: u32 = 1 << 0;
+
+// --------------------------------------------------------------------------------------------
+// Event queue entries (manual: "Event queues").
+// --------------------------------------------------------------------------------------------
+
+/// Bytes per event queue entry.
+pub const EQE_SIZE: usize = 16;
+/// [`Eqe::flags`] bit: valid; equals the ring pass polarity (1 on the first pass).
+pub const EQE_FLAG_VALID: u8 = 1 << 7;
+
+/// [`Eqe::kind`] values: what `id` names.
+pub mod eqe_kind {
+    /// A CQ (CEQ entries, and CQ errors on the AEQ).
+    pub const CQ: u8 = 1;
+    /// A QP.
+    pub const QP: u8 = 2;
+    /// The port.
+    pub const PORT: u8 = 3;
+    /// The device or an EQ.
+    pub const DEVICE: u8 = 4;
+}
+
+/// Asynchronous event codes ([`Eqe::code`] on the AEQ).
+pub mod ae {
+    /// CEQ entry: the CQ has a new completion (the only code on CEQs).
+    pub const CQ_COMPLETION: u16 = 0x00;
+    /// QP: local catastrophic error (malformed WQE, ring not accessible). -> QP_FATAL.
+    pub const QP_FATAL: u16 = 0x01;
+    /// QP: local protection error on one of its own WQEs (lkey, bounds, PD, rights).
+    /// -> QP_ACCESS_ERR.
+    pub const QP_LOCAL_ACCESS: u16 = 0x02;
+    /// QP (responder): an inbound RDMA request violated an rkey, bounds, PD or rights.
+    /// -> QP_ACCESS_ERR.
+    pub const QP_REMOTE_ACCESS: u16 = 0x03;
+    /// QP (responder): invalid inbound request (too long for the receive WQE, bad
+    /// invalidate). -> QP_REQ_ERR.
+    pub const QP_INVALID_REQUEST: u16 = 0x04;
+    /// QP (requester): transport retries exhausted. -> QP_FATAL.
+    pub const QP_RETRY_EXCEEDED: u16 = 0x05;
+    /// QP (requester): RNR retries exhausted. -> QP_FATAL.
+    pub const QP_RNR_RETRY_EXCEEDED: u16 = 0x06;
+    /// QP (requester): the responder reported an error (NAK). -> QP_FATAL.
+    pub const QP_REMOTE_ERROR: u16 = 0x07;
+    /// QP: first message received while in RTR. -> COMM_EST.
+    pub const QP_COMM_EST: u16 = 0x08;
+    /// QP: SQ drained after a move to SQD. -> SQ_DRAINED.
+    pub const QP_SQ_DRAINED: u16 = 0x09;
+    /// CQ: overflow; the CQE was dropped and the CQ stopped. -> CQ_ERR.
+    pub const CQ_OVERFLOW: u16 = 0x10;
+    /// CQ: ring or shadow area not accessible; the CQ stopped. -> CQ_ERR.
+    pub const CQ_ACCESS: u16 = 0x11;
+    /// A CEQ overflowed; events were lost (`id` = EQ id, kind DEVICE).
+    pub const EQ_OVERFLOW: u16 = 0x18;
+    /// Port became active. -> PORT_ACTIVE.
+    pub const PORT_ACTIVE: u16 = 0x20;
+    /// Port went down. -> PORT_ERR.
+    pub const PORT_DOWN: u16 = 0x21;
+}
+
+wire_struct! {
+    /// One event queue entry. The device writes bytes 0..15 with the valid bit last.
+    pub struct Eqe [16] {
+        /// CQ id (CEQ), or the object named by `kind` (AEQ).
+        pub id: u64,
+        /// AEQ: the CQE flush code (`flush::*`) for QP errors, else 0.
+        pub info: u32,
+        /// [`ae`] code.
+        pub code: u16,
+        /// [`eqe_kind`] value.
+        pub kind: u8,
+        /// [`EQE_FLAG_VALID`].
+        pub flags: u8,
+    }
+}
+
+// --------------------------------------------------------------------------------------------
+// irdma GEN_2 data path (manual: "User data path"; facts from irdma-abi.md §3-4).
+// All bit positions are in the little-endian qword named.
+// --------------------------------------------------------------------------------------------
+
+/// Bytes per SQ/RQ quantum and per CQE.
+pub const QUANTUM: usize = 32;
+/// Bytes per CQE.
+pub const CQE_SIZE: usize = 32;
+
+/// SQ/RQ WQE header (qw3 of quantum 0) fields.
+pub mod wqe {
+    /// Valid (= ring pass polarity), bit 63.
+    pub const VALID: u32 = 63;
+    /// Signaled completion, bit 62.
+    pub const SIGCOMPL: u32 = 62;
+    /// Local fence, bit 61.
+    pub const LOCALFENCE: u32 = 61;
+    /// Read fence, bit 60.
+    pub const READFENCE: u32 = 60;
+    /// Inline data, bit 57.
+    pub const INLINE: u32 = 57;
+    /// Push WQE (must be 0), bit 56.
+    pub const PUSHWQE: u32 = 56;
+    /// Inline length, bits 55:48.
+    pub const INLINELEN_HI: u32 = 55;
+    /// Inline length low bit.
+    pub const INLINELEN_LO: u32 = 48;
+    /// Immediate data present, bit 47.
+    pub const IMMDATA: u32 = 47;
+    /// Additional fragment slots, bits 41:38.
+    pub const ADDFRAGCNT_HI: u32 = 41;
+    /// ADDFRAGCNT low bit.
+    pub const ADDFRAGCNT_LO: u32 = 38;
+    /// Opcode, bits 37:32.
+    pub const OPCODE_HI: u32 = 37;
+    /// Opcode low bit.
+    pub const OPCODE_LO: u32 = 32;
+    /// Fragment second qword: valid bit 63, length 62:32, STag 31:0.
+    pub const FRAG_LEN_HI: u32 = 62;
+    /// Fragment length low bit.
+    pub const FRAG_LEN_LO: u32 = 32;
+    /// UD SEND: AH id in header bits 16:0.
+    pub const AH_ID_MASK: u64 = 0x1_ffff;
+}
+
+/// SQ WQE opcodes (GEN_2).
+pub mod sq_op {
+    /// RDMA WRITE.
+    pub const RDMA_WRITE: u8 = 0x00;
+    /// RDMA READ.
+    pub const RDMA_READ: u8 = 0x01;
+    /// SEND.
+    pub const SEND: u8 = 0x03;
+    /// SEND with invalidate.
+    pub const SEND_INV: u8 = 0x04;
+    /// Solicited SEND.
+    pub const SEND_SOL: u8 = 0x05;
+    /// Solicited SEND with invalidate.
+    pub const SEND_SOL_INV: u8 = 0x06;
+    /// Bind memory window (not supported: completes with LOC_QP_OP_ERR).
+    pub const BIND_MW: u8 = 0x08;
+    /// Fast register (not supported).
+    pub const FAST_REG: u8 = 0x09;
+    /// Local invalidate.
+    pub const LOCAL_INV: u8 = 0x0a;
+    /// RDMA READ with local invalidate (not supported).
+    pub const READ_LOC_INV: u8 = 0x0b;
+    /// NOP (padding).
+    pub const NOP: u8 = 0x0c;
+    /// Solicited RDMA WRITE (solicited event with immediate).
+    pub const RDMA_WRITE_SOL: u8 = 0x0d;
+}
+
+/// CQE qw3 (and extension) fields.
+pub mod cqe {
+    /// Minor error, bits 15:0 of qw3.
+    pub const MINERR_HI: u32 = 15;
+    /// Major error, bits 31:16 of qw3.
+    pub const MAJERR_LO: u32 = 16;
+    /// WQE index, bits 46:32 of qw3.
+    pub const WQEIDX_LO: u32 = 32;
+    /// WQE index high bit.
+    pub const WQEIDX_HI: u32 = 46;
+    /// Extended CQE (next slot is the extension), bit 50.
+    pub const EXTCQE: u32 = 50;
+    /// Remote invalidate happened (RC RQ) / IPv4 (UD), bit 53.
+    pub const STAG_INV: u32 = 53;
+    /// Solicited event, bit 54.
+    pub const SOEVENT: u32 = 54;
+    /// Error, bit 55.
+    pub const ERROR: u32 = 55;
+    /// Opcode, bits 61:56.
+    pub const OP_LO: u32 = 56;
+    /// Opcode high bit.
+    pub const OP_HI: u32 = 61;
+    /// SQ completion, bit 62.
+    pub const SQ: u32 = 62;
+    /// Valid (= ring pass polarity), bit 63.
+    pub const VALID: u32 = 63;
+    /// qw2: local QP id in bits 55:32.
+    pub const QPID_LO: u32 = 32;
+    /// Extension qw7: immediate valid, bit 62.
+    pub const IMMVALID: u32 = 62;
+    /// Major error of every error CQE this device writes (a "flush" major).
+    pub const MAJERR_FLUSH: u16 = 1;
+    /// RQ CQE opcode for a received SEND.
+    pub const OP_RECV: u8 = 0x3e;
+    /// RQ CQE opcode for a received RDMA WRITE with immediate.
+    pub const OP_RECV_RDMA_IMM: u8 = 0x0b;
+}
+
+/// CQE minor error codes (MAJERR = [`cqe::MAJERR_FLUSH`]) and what libirdma reports.
+pub mod flush {
+    /// WR_FLUSH_ERR: flushed because the QP is in ERR.
+    pub const GENERAL: u16 = 1;
+    /// LOC_PROT_ERR: local lkey/bounds/PD/rights violation.
+    pub const PROT: u16 = 2;
+    /// REM_ACCESS_ERR: the responder refused the rkey/bounds/rights.
+    pub const REM_ACCESS: u16 = 3;
+    /// LOC_QP_OP_ERR: malformed or unsupported WQE.
+    pub const LOC_QP_OP: u16 = 4;
+    /// REM_OP_ERR: the responder failed to execute the request.
+    pub const REM_OP: u16 = 5;
+    /// LOC_LEN_ERR: message longer than the receive buffer or the limit.
+    pub const LOC_LEN: u16 = 6;
+    /// FATAL_ERR: local DMA fault on a ring.
+    pub const FATAL: u16 = 7;
+    /// RETRY_EXC_ERR: no responder (destination absent or not ready).
+    pub const RETRY_EXC: u16 = 8;
+    /// MW_BIND_ERR.
+    pub const MW_BIND: u16 = 9;
+    /// REM_INV_REQ_ERR: the responder found the request invalid.
+    pub const REM_INV_REQ: u16 = 10;
+    /// RNR_RETRY_EXC_ERR: no receive WQE at the responder after `rnr_retry` retries.
+    pub const RNR_RETRY_EXC: u16 = 11;
+}
+
+/// CQ shadow area (64 bytes, written by software only) fields.
+pub mod cq_shadow {
+    /// Byte offset of qw0: the consumer index in bits 19:0.
+    pub const HEAD_OFFSET: usize = 0;
+    /// Consumer index mask.
+    pub const HEAD_MASK: u64 = 0xf_ffff;
+    /// Byte offset of qw4: the arm word.
+    pub const ARM_OFFSET: usize = 32;
+    /// Arm word: event on the next completion of any kind, bit 14.
+    pub const ARM_NEXT: u32 = 14;
+    /// Arm word: event on the next solicited (or error) completion, bit 15.
+    pub const ARM_NEXT_SE: u32 = 15;
+    /// Arm word: arm sequence number, bits 17:16.
+    pub const ARM_SEQ_LO: u32 = 16;
+}
+
+/// Bytes of the GRH area at the start of every UD receive buffer.
+pub const UD_GRH_SIZE: u32 = 40;
+
+// --------------------------------------------------------------------------------------------
+// Data-path encode/decode helpers (for kernel-owned QPs and CQs, and the device model).
+// --------------------------------------------------------------------------------------------
+
+/// The fields of an SQ WQE header (qw3 of quantum 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqHeader {
+    /// [`sq_op`] value.
+    pub opcode: u8,
+    /// The ring pass polarity.
+    pub valid: bool,
+    /// Write a CQE on completion.
+    pub signaled: bool,
+    /// Read fence.
+    pub read_fence: bool,
+    /// Immediate data present (in slot 0 qw0, or qw0 of an inline WQE).
+    pub imm: bool,
+    /// Inline data length, if inline.
+    pub inline_len: Option<u8>,
+    /// Fragment slots after slot 0 (even on GEN_2: see [`addfragcnt`]).
+    pub addfragcnt: u8,
+    /// Bits 31:0: rkey, invalidate STag, or AH id.
+    pub low: u32,
+}
+
+/// Encodes an SQ WQE header.
+pub const fn sq_wqe_header(h: SqHeader) -> u64 {
+    let mut v = ((h.opcode as u64) & 0x3f) << wqe::OPCODE_LO
+        | ((h.addfragcnt as u64) & 0xf) << wqe::ADDFRAGCNT_LO
+        | h.low as u64;
+    if h.valid {
+        v |= 1 << wqe::VALID;
+    }
+    if h.signaled {
+        v |= 1 << wqe::SIGCOMPL;
+    }
+    if h.read_fence {
+        v |= 1 << wqe::READFENCE;
+    }
+    if h.imm {
+        v |= 1 << wqe::IMMDATA;
+    }
+    if let Some(len) = h.inline_len {
+        v |= 1 << wqe::INLINE | (len as u64) << wqe::INLINELEN_LO;
+    }
+    v
+}
+
+/// ADDFRAGCNT for `frags` used fragment slots (SGEs plus one for immediate data): GEN_2
+/// adds a zero padding slot when the count is even.
+pub const fn addfragcnt(frags: u32) -> u32 {
+    if frags == 0 {
+        0
+    } else if frags & 1 == 0 {
+        frags
+    } else {
+        frags - 1
+    }
+}
+
+/// Second qword of a fragment slot.
+pub const fn wqe_fragment_qw1(len: u32, stag: u32, valid: bool) -> u64 {
+    (valid as u64) << wqe::VALID | ((len as u64) & 0x7fff_ffff) << wqe::FRAG_LEN_LO | stag as u64
+}
+
+/// Quanta an SQ WQE with this header occupies. Well-formed headers give 1..=8; a bad
+/// ADDFRAGCNT can give 9, which the device rejects.
+pub const fn sq_wqe_quanta(hdr: u64) -> u32 {
+    let op = bits(hdr, wqe::OPCODE_HI, wqe::OPCODE_LO) as u8;
+    if (hdr >> wqe::INLINE) & 1 == 1 {
+        let len = bits(hdr, wqe::INLINELEN_HI, wqe::INLINELEN_LO) as u32;
+        return if len <= 8 {
+            1
+        } else {
+            let q = 1 + (len - 8).div_ceil(31);
+            if q > 8 {
+                8
+            } else {
+                q
+            }
+        };
+    }
+    match op {
+        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW => 1,
+        _ => 1 + (bits(hdr, wqe::ADDFRAGCNT_HI, wqe::ADDFRAGCNT_LO) as u32).div_ceil(2),
+    }
+}
+
+/// The decoded qw3 of a CQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CqeInfo {
+    /// Valid bit (compare with the expected polarity).
+    pub valid: bool,
+    /// SQ completion (else RQ).
+    pub sq: bool,
+    /// Error (MAJERR/MINERR meaningful).
+    pub error: bool,
+    /// The next slot is the extension.
+    pub ext: bool,
+    /// Solicited event.
+    pub solicited: bool,
+    /// RC RQ: remote invalidate happened (STag in qw2 31:0). UD: IPv4.
+    pub stag_inv: bool,
+    /// SQ: the WQE opcode; RQ: [`cqe::OP_RECV`] or [`cqe::OP_RECV_RDMA_IMM`].
+    pub op: u8,
+    /// Major error ([`cqe::MAJERR_FLUSH`] for every error this device writes).
+    pub major: u16,
+    /// Minor error ([`flush`] code).
+    pub minor: u16,
+    /// SQ: first quantum of the WQE; RQ: `wqe << rq_shift`.
+    pub wqe_idx: u16,
+}
+
+/// Decodes CQE qw3.
+pub const fn cqe_info(qw3: u64) -> CqeInfo {
+    CqeInfo {
+        valid: (qw3 >> cqe::VALID) & 1 == 1,
+        sq: (qw3 >> cqe::SQ) & 1 == 1,
+        error: (qw3 >> cqe::ERROR) & 1 == 1,
+        ext: (qw3 >> cqe::EXTCQE) & 1 == 1,
+        solicited: (qw3 >> cqe::SOEVENT) & 1 == 1,
+        stag_inv: (qw3 >> cqe::STAG_INV) & 1 == 1,
+        op: bits(qw3, cqe::OP_HI, cqe::OP_LO) as u8,
+        major: (qw3 >> cqe::MAJERR_LO) as u16,
+        minor: qw3 as u16,
+        wqe_idx: bits(qw3, cqe::WQEIDX_HI, cqe::WQEIDX_LO) as u16,
+    }
+}
+
+/// The CQ shadow arm word (qw4) after an arm request, given its previous value: sequence
+/// number + 1, ARM_NEXT_SE always, ARM_NEXT unless solicited-only, SW_CQ_SELECT kept. Store
+/// it, then write the CQ id to the CQ-arm doorbell.
+pub const fn cq_arm_word(prev: u64, solicited_only: bool) -> u64 {
+    let seq = (bits(prev, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) + 1) & 3;
+    let mut v = (prev & 0x3fff) | seq << cq_shadow::ARM_SEQ_LO | 1 << cq_shadow::ARM_NEXT_SE;
+    if !solicited_only {
+        v |= 1 << cq_shadow::ARM_NEXT;
+    }
+    v
 }

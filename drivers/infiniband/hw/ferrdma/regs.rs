@@ -31,12 +31,12 @@ register! {
     }
 
     /// Bytes 0..3 of the port MAC.
-    pub(crate) MAC_LO(u32) @ 0x010 {
+    pub(crate) MAC_LO(u32) @ 0x018 {
         31:0 value;
     }
 
     /// Bytes 4..5 of the port MAC.
-    pub(crate) MAC_HI(u32) @ 0x014 {
+    pub(crate) MAC_HI(u32) @ 0x01c {
         31:0 value;
     }
 

@@ -1,0 +1,847 @@
+//! The data path: SQ processing, local loopback delivery (RC and UD), receive, flushes and
+//! the error model of the programming manual ("Errors and flushes").
+//!
+//! Borrowing rule: QPs are looked up by id for each step and never held across a call that
+//! may touch another QP, because requester and responder may be the same QP.
+
+use crate::interface::{
+    ae, cqe, eqe_kind, flush, mtu_bytes, qp_state, sq_op, wqe as wqef, AV_FLAG_IPV4, MAX_QP,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
+    UD_GRH_SIZE,
+};
+
+use super::cq::CqeData;
+use super::mr::{AccessFault, Need, Seg};
+use super::qp::Qp;
+use super::wqe::{self, Sge, SqWqe, WqeError};
+use super::{grh, Engine, Env};
+
+/// Largest chunk copied at once between guest buffers.
+const COPY_CHUNK: u64 = 64 * 1024;
+
+/// Message payload source.
+enum Src {
+    Bytes(Vec<u8>),
+    Segs(Vec<Seg>),
+}
+
+/// Which side of a copy faulted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CopyFault {
+    Src,
+    Dst,
+}
+
+/// Copies all of `src` into the start of `dst` (which is at least as long), in chunks.
+fn copy(env: &Env<'_>, src: &Src, dst: &[Seg]) -> Result<(), CopyFault> {
+    let mut di = 0usize;
+    let mut doff = 0u64;
+    let mut put = |mut data: &[u8]| -> Result<(), CopyFault> {
+        while !data.is_empty() {
+            let &(addr, len) = dst.get(di).ok_or(CopyFault::Dst)?;
+            let take = (len - doff).min(data.len() as u64) as usize;
+            let (now, rest) = data.split_at(take);
+            env.mem
+                .write(addr + doff, now)
+                .map_err(|_| CopyFault::Dst)?;
+            doff += take as u64;
+            if doff == len {
+                di += 1;
+                doff = 0;
+            }
+            data = rest;
+        }
+        Ok(())
+    };
+    match src {
+        Src::Bytes(b) => put(b),
+        Src::Segs(segs) => {
+            let mut buf = Vec::new();
+            for &(addr, len) in segs {
+                let mut off = 0u64;
+                while off < len {
+                    let n = (len - off).min(COPY_CHUNK);
+                    buf.resize(n as usize, 0);
+                    env.mem
+                        .read(addr + off, &mut buf)
+                        .map_err(|_| CopyFault::Src)?;
+                    put(&buf)?;
+                    off += n;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Segments of the first `len` bytes of `segs`.
+fn prefix(segs: Vec<Seg>, len: u64) -> Vec<Seg> {
+    let mut left = len;
+    let mut out = Vec::new();
+    for (a, l) in segs {
+        if left == 0 {
+            break;
+        }
+        let t = l.min(left);
+        out.push((a, t));
+        left -= t;
+    }
+    out
+}
+
+/// Outcome of one SQ WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done(u64),
+    Rnr,
+    /// The WQE failed: CQE flush code and the requester's async event.
+    Fail(u16, u16),
+}
+
+/// What a message delivered to a receive queue looks like.
+struct Inbound {
+    src_qpn: u32,
+    op: u8,
+    imm: Option<u32>,
+    solicited: bool,
+    inv_stag: Option<u32>,
+    grh: Option<[u8; 40]>,
+    ipv4: bool,
+    /// RDMA WRITE with immediate: consume a WQE, scatter nothing, report `len`.
+    no_scatter: bool,
+    len: u64,
+}
+
+/// Outcome of a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recv {
+    Ok,
+    Rnr,
+    /// UD only: silently dropped.
+    Dropped,
+    /// The requester's payload could not be read.
+    SrcFault,
+    /// Failed at the responder: the requester's CQE flush code.
+    Nak(u16),
+}
+
+fn sq_cqe(qp_id: u32, qp: &Qp, idx: u32, op: u8, bytes: u64, err: Option<u16>) -> CqeData {
+    let mut qw3 = (1u64 << cqe::SQ)
+        | (u64::from(op & 0x3f) << cqe::OP_LO)
+        | (u64::from(idx & 0x7fff) << cqe::WQEIDX_LO);
+    if let Some(minor) = err {
+        qw3 |=
+            (1 << cqe::ERROR) | (u64::from(cqe::MAJERR_FLUSH) << cqe::MAJERR_LO) | u64::from(minor);
+    }
+    CqeData {
+        qw: [
+            bytes & 0xffff_ffff,
+            qp.compl_ctx,
+            u64::from(qp_id) << cqe::QPID_LO,
+            qw3,
+        ],
+        ext: None,
+    }
+}
+
+fn rq_flush_cqe(qp_id: u32, qp: &Qp, minor: u16) -> CqeData {
+    let idx = (qp.rq_tail << qp.rq_shift) & 0x7fff;
+    CqeData {
+        qw: [
+            0,
+            qp.compl_ctx,
+            u64::from(qp_id) << cqe::QPID_LO,
+            (1 << cqe::ERROR)
+                | (u64::from(cqe::MAJERR_FLUSH) << cqe::MAJERR_LO)
+                | u64::from(minor)
+                | (u64::from(idx) << cqe::WQEIDX_LO)
+                | (u64::from(cqe::OP_RECV) << cqe::OP_LO),
+        ],
+        ext: None,
+    }
+}
+
+impl Engine {
+    fn qp(&self, id: u32) -> Option<&Qp> {
+        self.qps.get(id as usize)?.as_ref()
+    }
+
+    fn qp_mut(&mut self, id: u32) -> Option<&mut Qp> {
+        self.qps.get_mut(id as usize)?.as_mut()
+    }
+
+    /// An SQ doorbell through doorbell page `page`.
+    pub(super) fn sq_doorbell(&mut self, env: &Env<'_>, page: u32, qp_id: u32) {
+        match self.qp(qp_id) {
+            Some(qp) if qp.db_page == page => {}
+            _ => {
+                self.stats.spurious_doorbells += 1;
+                return;
+            }
+        }
+        self.stats.doorbells += 1;
+        self.retry_rnr(env, qp_id);
+        self.process_sq(env, qp_id);
+    }
+
+    /// Retries every QP (except `except`) waiting after an RNR NAK.
+    pub(super) fn retry_rnr(&mut self, env: &Env<'_>, except: u32) {
+        for id in 0..MAX_QP {
+            if id != except && self.qp(id).is_some_and(|q| q.rnr_wait) {
+                if let Some(q) = self.qp_mut(id) {
+                    q.rnr_wait = false;
+                }
+                self.process_sq(env, id);
+            }
+        }
+    }
+
+    /// Reads the `QUANTUM`-sized entry `index` of a ring at `addr`.
+    fn read_quantum(env: &Env<'_>, addr: u64) -> Option<[u8; QUANTUM]> {
+        let mut b = [0u8; QUANTUM];
+        env.mem.read(addr, &mut b).ok().map(|_| b)
+    }
+
+    /// Executes valid SQ WQEs from the tail (RTS), or flushes them (ERR).
+    pub(super) fn process_sq(&mut self, env: &Env<'_>, qp_id: u32) {
+        let Some(qp) = self.qp(qp_id) else { return };
+        match qp.state() {
+            qp_state::RTS => {}
+            qp_state::ERR => {
+                self.flush_sq(env, qp_id, true);
+                return;
+            }
+            _ => return,
+        }
+        let budget = qp.sq.entries();
+        for _ in 0..budget {
+            let Some(qp) = self.qp(qp_id) else { return };
+            if qp.state() != qp_state::RTS {
+                return;
+            }
+            let (tail, pol) = (qp.sq_tail, qp.sq_pol);
+            let Some(q0) = Self::read_quantum(env, qp.sq.addr(tail)) else {
+                self.stats.dma_faults += 1;
+                self.fail_wqe(env, qp_id, tail, 0, 0, flush::FATAL, ae::QP_FATAL);
+                return;
+            };
+            let hdr = wqe::header(&q0);
+            if !wqe::is_valid(hdr, pol) {
+                return;
+            }
+            let n = wqe::sq_quanta(hdr).clamp(1, 8);
+            let mut buf = Vec::with_capacity(n as usize * QUANTUM);
+            buf.extend_from_slice(&q0);
+            for k in 1..n {
+                let Some(q) = Self::read_quantum(env, qp.sq.addr(tail + k)) else {
+                    self.stats.dma_faults += 1;
+                    self.fail_wqe(env, qp_id, tail, n, 0, flush::FATAL, ae::QP_FATAL);
+                    return;
+                };
+                buf.extend_from_slice(&q);
+            }
+            let op = crate::interface::bits(hdr, wqef::OPCODE_HI, wqef::OPCODE_LO) as u8;
+            let w = match wqe::parse_sq(&buf) {
+                Ok(w) => w,
+                Err(e) => {
+                    log::debug!("QP {qp_id}: malformed WQE at {tail}: {e}");
+                    let code = if matches!(e, WqeError::TooLong(_)) {
+                        flush::LOC_LEN
+                    } else {
+                        flush::LOC_QP_OP
+                    };
+                    self.fail_wqe(env, qp_id, tail, n, op, code, ae::QP_FATAL);
+                    return;
+                }
+            };
+            match self.execute_wqe(env, qp_id, &w) {
+                Outcome::Done(bytes) => {
+                    let Some(qp) = self.qp_mut(qp_id) else { return };
+                    qp.rnr_attempts = 0;
+                    let cqe = w
+                        .signaled
+                        .then(|| sq_cqe(qp_id, qp, tail, w.opcode, bytes, None));
+                    qp.sq_unreported = cqe.is_none();
+                    qp.advance_sq(n);
+                    let cq = qp.send_cq;
+                    if let Some(c) = cqe {
+                        self.post_cqe(env, cq, &c);
+                    }
+                }
+                Outcome::Rnr => {
+                    self.stats.rnr_naks += 1;
+                    let Some(qp) = self.qp_mut(qp_id) else { return };
+                    qp.rnr_attempts += 1;
+                    let retry = qp.attrs.rnr_retry;
+                    if retry == 0 || (retry != 7 && qp.rnr_attempts > u32::from(retry)) {
+                        self.fail_wqe(
+                            env,
+                            qp_id,
+                            tail,
+                            n,
+                            w.opcode,
+                            flush::RNR_RETRY_EXC,
+                            ae::QP_RNR_RETRY_EXCEEDED,
+                        );
+                    } else {
+                        qp.rnr_wait = true;
+                    }
+                    return;
+                }
+                Outcome::Fail(code, event) => {
+                    self.fail_wqe(env, qp_id, tail, n, w.opcode, code, event);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completes the WQE at `tail` (of `n` quanta) in error and moves the QP to ERR.
+    #[allow(clippy::too_many_arguments)]
+    fn fail_wqe(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        tail: u32,
+        n: u32,
+        op: u8,
+        code: u16,
+        event: u16,
+    ) {
+        self.stats.wqe_errors += 1;
+        let Some(qp) = self.qp_mut(qp_id) else { return };
+        let c = sq_cqe(qp_id, qp, tail, op, 0, Some(code));
+        qp.advance_sq(n);
+        qp.sq_unreported = false;
+        qp.last_error = code;
+        let cq = qp.send_cq;
+        self.post_cqe(env, cq, &c);
+        self.async_event(env, eqe_kind::QP, qp_id, event, u32::from(code));
+        self.enter_err(env, qp_id, false, true);
+    }
+
+    /// Moves a QP to ERR and flushes; `sq_cqe`/`rq_cqe` say whether those queues still need
+    /// a flush CQE (the queue whose WQE failed already has its error CQE).
+    pub(super) fn enter_err(&mut self, env: &Env<'_>, qp_id: u32, sq_cqe: bool, rq_cqe: bool) {
+        let Some(qp) = self.qp_mut(qp_id) else { return };
+        qp.attrs.state = qp_state::ERR;
+        qp.rnr_wait = false;
+        self.flush_sq(env, qp_id, sq_cqe);
+        self.flush_rq(env, qp_id, rq_cqe);
+    }
+
+    /// Consumes every valid SQ WQE; writes one flush CQE if `write` and there was
+    /// outstanding work.
+    pub(super) fn flush_sq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) {
+        let Some(qp) = self.qp(qp_id) else { return };
+        let start = qp.sq_tail;
+        let mut outstanding = qp.sq_unreported;
+        let mut steps = Vec::new();
+        let (mut tail, mut pol) = (qp.sq_tail, qp.sq_pol);
+        let size = qp.sq.entries();
+        for _ in 0..size {
+            let Some(q0) = Self::read_quantum(env, qp.sq.addr(tail)) else {
+                break;
+            };
+            let hdr = wqe::header(&q0);
+            if !wqe::is_valid(hdr, pol) {
+                break;
+            }
+            let n = wqe::sq_quanta(hdr).clamp(1, 8);
+            steps.push(n);
+            outstanding = true;
+            tail += n;
+            if tail >= size {
+                tail -= size;
+                pol = !pol;
+            }
+        }
+        let Some(qp) = self.qp_mut(qp_id) else { return };
+        for n in steps {
+            qp.advance_sq(n);
+        }
+        qp.sq_unreported = false;
+        if write && outstanding {
+            let c = sq_cqe(qp_id, qp, start, 0, 0, Some(flush::GENERAL));
+            let cq = qp.send_cq;
+            self.post_cqe(env, cq, &c);
+        }
+    }
+
+    /// Whether the RQ WQE at the tail is valid (`None` if the ring is not readable).
+    fn rq_head_valid(&self, env: &Env<'_>, qp_id: u32) -> Option<bool> {
+        let qp = self.qp(qp_id)?;
+        let q0 = Self::read_quantum(env, qp.rq.addr(qp.rq_tail))?;
+        Some(wqe::is_valid(wqe::header(&q0), qp.rq_pol))
+    }
+
+    /// Consumes every valid RQ WQE; one flush CQE if `write` and there was one.
+    pub(super) fn flush_rq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) {
+        let Some(entries) = self.qp(qp_id).map(|q| q.rq.entries()) else {
+            return;
+        };
+        let mut first: Option<CqeData> = None;
+        for _ in 0..entries {
+            if self.rq_head_valid(env, qp_id) != Some(true) {
+                break;
+            }
+            let Some(qp) = self.qp_mut(qp_id) else { return };
+            if first.is_none() {
+                first = Some(rq_flush_cqe(qp_id, qp, flush::GENERAL));
+            }
+            qp.advance_rq();
+        }
+        if let (true, Some(c)) = (write, first) {
+            if let Some(cq) = self.qp(qp_id).map(|q| q.recv_cq) {
+                self.post_cqe(env, cq, &c);
+            }
+        }
+    }
+
+    /// A responder-side failure: error CQE for the RQ WQE at the tail (consumed), async
+    /// event, and ERR (with an SQ flush CQE).
+    fn responder_fail(&mut self, env: &Env<'_>, qp_id: u32, code: u16, event: u16) {
+        self.stats.wqe_errors += 1;
+        let Some(qp) = self.qp_mut(qp_id) else { return };
+        let c = rq_flush_cqe(qp_id, qp, code);
+        qp.advance_rq();
+        qp.last_error = code;
+        let cq = qp.recv_cq;
+        self.post_cqe(env, cq, &c);
+        self.async_event(env, eqe_kind::QP, qp_id, event, u32::from(code));
+        self.enter_err(env, qp_id, true, false);
+    }
+
+    /// The local payload of a send or write.
+    fn gather(&self, pd: u32, w: &SqWqe) -> Result<Src, AccessFault> {
+        if let Some(d) = &w.inline {
+            return Ok(Src::Bytes(d.clone()));
+        }
+        let mut segs = Vec::new();
+        for s in &w.sges {
+            segs.extend(self.mrs.translate(
+                s.stag,
+                pd,
+                s.addr,
+                u64::from(s.len),
+                Need::LocalRead,
+            )?);
+        }
+        Ok(Src::Segs(segs))
+    }
+
+    /// Scatter segments for `len` bytes over `sges` (checked up to what is needed).
+    fn scatter(&self, pd: u32, sges: &[Sge], len: u64) -> Result<Vec<Seg>, AccessFault> {
+        let mut left = len;
+        let mut segs = Vec::new();
+        for s in sges {
+            if left == 0 {
+                break;
+            }
+            let take = u64::from(s.len).min(left);
+            segs.extend(
+                self.mrs
+                    .translate(s.stag, pd, s.addr, take, Need::LocalWrite)?,
+            );
+            left -= take;
+        }
+        Ok(segs)
+    }
+
+    /// The RC destination QP of `qp_id`, if the message would be answered.
+    fn rc_dest(&self, qp_id: u32) -> Option<u32> {
+        let qp = self.qp(qp_id)?;
+        if !self.port.link_up || !self.gids.iter().flatten().any(|g| g.gid == qp.attrs.dgid) {
+            return None;
+        }
+        let d = qp.attrs.dest_qpn;
+        let dq = self.qp(d)?;
+        (dq.qp_type == QP_TYPE_RC && dq.can_receive()).then_some(d)
+    }
+
+    fn execute_wqe(&mut self, env: &Env<'_>, qp_id: u32, w: &SqWqe) -> Outcome {
+        let Some(qp) = self.qp(qp_id) else {
+            return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
+        };
+        let (pd, ty) = (qp.pd, qp.qp_type);
+        let ud = matches!(ty, QP_TYPE_UD | QP_TYPE_GSI);
+        match w.opcode {
+            sq_op::NOP => return Outcome::Done(0),
+            sq_op::SEND | sq_op::SEND_SOL => {}
+            sq_op::LOCAL_INV if !ud => {
+                return match self.mrs.invalidate(w.qw1 as u32, pd) {
+                    Ok(()) => Outcome::Done(0),
+                    Err(_) => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+                };
+            }
+            sq_op::SEND_INV
+            | sq_op::SEND_SOL_INV
+            | sq_op::RDMA_WRITE
+            | sq_op::RDMA_WRITE_SOL
+            | sq_op::RDMA_READ
+                if !ud => {}
+            _ => return Outcome::Fail(flush::LOC_QP_OP, ae::QP_FATAL),
+        }
+        if w.opcode == sq_op::RDMA_READ {
+            return self.rdma_read(env, qp_id, pd, w);
+        }
+        let src = match self.gather(pd, w) {
+            Ok(s) => s,
+            Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+        };
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += w.len;
+        if ud {
+            return self.ud_send(env, qp_id, w, &src);
+        }
+        let Some(dest) = self.rc_dest(qp_id) else {
+            return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
+        };
+        if matches!(w.opcode, sq_op::RDMA_WRITE | sq_op::RDMA_WRITE_SOL) {
+            return self.rdma_write(env, qp_id, dest, w, &src);
+        }
+        let inv = matches!(w.opcode, sq_op::SEND_INV | sq_op::SEND_SOL_INV);
+        let msg = Inbound {
+            src_qpn: qp_id,
+            op: cqe::OP_RECV,
+            imm: w.imm,
+            solicited: matches!(w.opcode, sq_op::SEND_SOL | sq_op::SEND_SOL_INV),
+            inv_stag: inv.then_some(w.hdr_low),
+            grh: None,
+            ipv4: false,
+            no_scatter: false,
+            len: w.len,
+        };
+        match self.receive(env, dest, &msg, &src) {
+            Recv::Ok => Outcome::Done(w.len),
+            Recv::Rnr => Outcome::Rnr,
+            Recv::Dropped => Outcome::Done(w.len),
+            Recv::SrcFault => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            Recv::Nak(code) => Outcome::Fail(code, ae::QP_REMOTE_ERROR),
+        }
+    }
+
+    fn ud_send(&mut self, env: &Env<'_>, qp_id: u32, w: &SqWqe, src: &Src) -> Outcome {
+        let Some(qp) = self.qp(qp_id) else {
+            return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
+        };
+        let ah_id = (u64::from(w.hdr_low) & wqef::AH_ID_MASK) as usize;
+        let Some(ah) = self
+            .ahs
+            .get(ah_id)
+            .and_then(Option::as_ref)
+            .filter(|a| a.pd == qp.pd)
+        else {
+            return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
+        };
+        let mtu = u64::from(mtu_bytes(self.port.mtu).unwrap_or(4096));
+        if w.len > mtu {
+            return Outcome::Fail(flush::LOC_LEN, ae::QP_FATAL);
+        }
+        let qkey = w.qw2 as u32;
+        let dqpn = ((w.qw2 >> 32) & 0xff_ffff) as u32;
+        let a = ah.attrs;
+        let sgid = self
+            .gids
+            .get(a.sgid_index as usize)
+            .and_then(Option::as_ref)
+            .map(|g| g.gid)
+            .unwrap_or([0; 16]);
+        let local = self.port.link_up && self.gids.iter().flatten().any(|g| g.gid == a.dgid);
+        let target = self.qp(dqpn).filter(|d| {
+            matches!(d.qp_type, QP_TYPE_UD | QP_TYPE_GSI) && d.can_receive() && d.attrs.qkey == qkey
+        });
+        if !local || target.is_none() {
+            self.stats.rx_drops += u64::from(local);
+            return Outcome::Done(w.len);
+        }
+        let ipv4 = a.av_flags & AV_FLAG_IPV4 != 0;
+        let msg = Inbound {
+            src_qpn: qp_id,
+            op: cqe::OP_RECV,
+            imm: w.imm,
+            solicited: w.opcode == sq_op::SEND_SOL,
+            inv_stag: None,
+            grh: Some(grh::grh(
+                ipv4,
+                &sgid,
+                &a.dgid,
+                a.traffic_class,
+                a.hop_limit,
+                a.flow_label,
+                w.len as u32,
+            )),
+            ipv4,
+            no_scatter: false,
+            len: w.len,
+        };
+        match self.receive(env, dqpn, &msg, src) {
+            Recv::SrcFault => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            Recv::Rnr | Recv::Dropped => {
+                self.stats.rx_drops += 1;
+                Outcome::Done(w.len)
+            }
+            Recv::Ok | Recv::Nak(_) => Outcome::Done(w.len),
+        }
+    }
+
+    fn rdma_write(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        dest: u32,
+        w: &SqWqe,
+        src: &Src,
+    ) -> Outcome {
+        let Some(d) = self.qp(dest) else {
+            return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
+        };
+        let (dpd, access) = (d.pd, d.attrs.access);
+        let segs = if access & QP_ACCESS_REMOTE_WRITE == 0 {
+            Err(AccessFault::Rights)
+        } else {
+            self.mrs
+                .translate(w.hdr_low, dpd, w.qw2, w.len, Need::RemoteWrite)
+        };
+        let segs = match segs {
+            Ok(s) => s,
+            Err(f) => {
+                log::debug!("QP {dest}: inbound RDMA WRITE refused: {f}");
+                self.remote_access_violation(env, dest);
+                return Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR);
+            }
+        };
+        if w.imm.is_some() && self.rq_head_valid(env, dest) != Some(true) {
+            return Outcome::Rnr;
+        }
+        match copy(env, src, &segs) {
+            Ok(()) => {}
+            Err(CopyFault::Src) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            Err(CopyFault::Dst) => {
+                self.remote_access_violation(env, dest);
+                return Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR);
+            }
+        }
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += w.len;
+        let Some(imm) = w.imm else {
+            return Outcome::Done(w.len);
+        };
+        let msg = Inbound {
+            src_qpn: qp_id,
+            op: cqe::OP_RECV_RDMA_IMM,
+            imm: Some(imm),
+            solicited: w.opcode == sq_op::RDMA_WRITE_SOL,
+            inv_stag: None,
+            grh: None,
+            ipv4: false,
+            no_scatter: true,
+            len: w.len,
+        };
+        match self.receive(env, dest, &msg, &Src::Bytes(Vec::new())) {
+            Recv::Ok | Recv::Dropped => Outcome::Done(w.len),
+            Recv::Rnr => Outcome::Rnr,
+            Recv::SrcFault => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            Recv::Nak(code) => Outcome::Fail(code, ae::QP_REMOTE_ERROR),
+        }
+    }
+
+    fn rdma_read(&mut self, env: &Env<'_>, qp_id: u32, pd: u32, w: &SqWqe) -> Outcome {
+        let local = match self.scatter(pd, &w.sges, w.len) {
+            Ok(s) => s,
+            Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+        };
+        let Some(dest) = self.rc_dest(qp_id) else {
+            return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
+        };
+        self.stats.tx_packets += 1;
+        let Some(d) = self.qp(dest) else {
+            return Outcome::Fail(flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
+        };
+        let remote = if d.attrs.access & QP_ACCESS_REMOTE_READ == 0 {
+            Err(AccessFault::Rights)
+        } else {
+            self.mrs
+                .translate(w.hdr_low, d.pd, w.qw2, w.len, Need::RemoteRead)
+        };
+        let remote = match remote {
+            Ok(s) => s,
+            Err(f) => {
+                log::debug!("QP {dest}: inbound RDMA READ refused: {f}");
+                self.remote_access_violation(env, dest);
+                return Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR);
+            }
+        };
+        match copy(env, &Src::Segs(remote), &local) {
+            Ok(()) => {
+                self.stats.rx_bytes += w.len;
+                self.stats.rx_packets += 1;
+                Outcome::Done(w.len)
+            }
+            Err(CopyFault::Src) => {
+                self.remote_access_violation(env, dest);
+                Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR)
+            }
+            Err(CopyFault::Dst) => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+        }
+    }
+
+    /// The responder QP saw an inbound access violation: async event and ERR.
+    fn remote_access_violation(&mut self, env: &Env<'_>, dest: u32) {
+        if let Some(d) = self.qp_mut(dest) {
+            d.last_error = flush::REM_ACCESS;
+        }
+        self.async_event(
+            env,
+            eqe_kind::QP,
+            dest,
+            ae::QP_REMOTE_ACCESS,
+            u32::from(flush::REM_ACCESS),
+        );
+        self.enter_err(env, dest, true, true);
+    }
+
+    /// Delivers `msg` with payload `src` to the RQ of `dest`.
+    fn receive(&mut self, env: &Env<'_>, dest: u32, msg: &Inbound, src: &Src) -> Recv {
+        let ud = msg.grh.is_some();
+        let Some(d) = self.qp(dest) else {
+            return Recv::Dropped;
+        };
+        let (pd, shift, tail) = (d.pd, d.rq_shift, d.rq_tail);
+        let wqe_bytes = QUANTUM << shift;
+        let mut b = vec![0u8; wqe_bytes];
+        if env.mem.read(d.rq.addr(tail), &mut b).is_err() {
+            self.stats.dma_faults += 1;
+            if ud {
+                return Recv::Dropped;
+            }
+            self.responder_fail(env, dest, flush::FATAL, ae::QP_FATAL);
+            return Recv::Nak(flush::REM_OP);
+        }
+        if !wqe::is_valid(wqe::header(&b), d.rq_pol) {
+            return Recv::Rnr;
+        }
+        let sges = match wqe::parse_rq(&b) {
+            Ok(s) => s,
+            Err(_) => {
+                self.responder_fail(env, dest, flush::LOC_QP_OP, ae::QP_FATAL);
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
+            }
+        };
+        let grh_len = if ud { u64::from(UD_GRH_SIZE) } else { 0 };
+        let need = if msg.no_scatter { 0 } else { grh_len + msg.len };
+        let cap: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if need > cap {
+            if ud {
+                return Recv::Dropped;
+            }
+            self.responder_fail(env, dest, flush::LOC_LEN, ae::QP_INVALID_REQUEST);
+            return Recv::Nak(flush::REM_INV_REQ);
+        }
+        if let Some(stag) = msg.inv_stag {
+            let ok = self
+                .mrs
+                .slot(stag)
+                .is_some_and(|m| m.key == stag as u8 && m.pd == pd && m.valid);
+            if !ok {
+                self.responder_fail(env, dest, flush::LOC_QP_OP, ae::QP_INVALID_REQUEST);
+                return Recv::Nak(flush::REM_INV_REQ);
+            }
+        }
+        let segs = match self.scatter(pd, &sges, need) {
+            Ok(s) => s,
+            Err(f) => {
+                log::debug!("QP {dest}: receive scatter refused: {f}");
+                self.responder_fail(env, dest, flush::PROT, ae::QP_LOCAL_ACCESS);
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
+            }
+        };
+        let mut copied = Ok(());
+        if let Some(g) = msg.grh {
+            copied = copy(env, &Src::Bytes(g.to_vec()), &prefix(segs.clone(), grh_len));
+            let rest = skip(&segs, grh_len);
+            if copied.is_ok() {
+                copied = copy(env, src, &rest);
+            }
+        } else if !msg.no_scatter {
+            copied = copy(env, src, &segs);
+        }
+        match copied {
+            Ok(()) => {}
+            Err(CopyFault::Src) => return Recv::SrcFault,
+            Err(CopyFault::Dst) => {
+                self.stats.dma_faults += 1;
+                self.responder_fail(env, dest, flush::PROT, ae::QP_LOCAL_ACCESS);
+                return if ud {
+                    Recv::Dropped
+                } else {
+                    Recv::Nak(flush::REM_OP)
+                };
+            }
+        }
+        if let Some(stag) = msg.inv_stag {
+            let _ = self.mrs.invalidate(stag, pd);
+        }
+        self.stats.rx_packets += 1;
+        self.stats.rx_bytes += msg.len;
+        let Some(d) = self.qp_mut(dest) else {
+            return Recv::Ok;
+        };
+        let idx = (d.rq_tail << d.rq_shift) & 0x7fff;
+        let mut qw2 = u64::from(dest) << cqe::QPID_LO;
+        let mut qw3 = (u64::from(msg.op) << cqe::OP_LO) | (u64::from(idx) << cqe::WQEIDX_LO);
+        if ud {
+            qw2 |= u64::from(msg.src_qpn);
+            if msg.ipv4 {
+                qw3 |= 1 << cqe::STAG_INV;
+            }
+        } else if let Some(stag) = msg.inv_stag {
+            qw2 |= u64::from(stag);
+            qw3 |= 1 << cqe::STAG_INV;
+        }
+        if msg.solicited {
+            qw3 |= 1 << cqe::SOEVENT;
+        }
+        let bytes = if msg.no_scatter { msg.len } else { need };
+        let c = CqeData {
+            qw: [bytes & 0xffff_ffff, d.compl_ctx, qw2, qw3],
+            ext: msg
+                .imm
+                .map(|imm| [u64::from(imm), 0, 0, 1 << cqe::IMMVALID]),
+        };
+        d.advance_rq();
+        let first = d.state() == qp_state::RTR && !d.comm_est_sent;
+        if first {
+            d.comm_est_sent = true;
+        }
+        let cq = d.recv_cq;
+        self.post_cqe(env, cq, &c);
+        if first {
+            self.async_event(env, eqe_kind::QP, dest, ae::QP_COMM_EST, 0);
+        }
+        Recv::Ok
+    }
+}
+
+/// Segments after the first `n` bytes of `segs`.
+fn skip(segs: &[Seg], n: u64) -> Vec<Seg> {
+    let mut left = n;
+    let mut out = Vec::new();
+    for &(a, l) in segs {
+        if left >= l {
+            left -= l;
+            continue;
+        }
+        out.push((a + left, l - left));
+        left = 0;
+    }
+    out
+}

@@ -1,0 +1,319 @@
+//! The RDMA engine of interface 2.0: admin queue, event queues, CQs, QPs, MRs, AHs, the GID
+//! table and local loopback. The register file (BAR0 0x010, 0x200..) and the doorbell BAR
+//! enter here; everything else is reached through guest memory and MSI-X.
+//!
+//! The engine is synchronous: a doorbell or admin tail write does all the work it triggers
+//! before it returns, then raises the interrupts that became due (one per armed EQ).
+
+mod admin;
+mod commands;
+pub mod cq;
+pub mod eq;
+mod exec;
+pub mod grh;
+pub mod mr;
+pub mod pagelist;
+pub mod qp;
+pub mod ring;
+pub mod wqe;
+
+use crate::dma::GuestMemory;
+use crate::interface::{
+    eqe_kind, Eqe, QpAttrs, Stats, DB_BAR_SIZE, DB_CQ_ARM_OFFSET, DB_PAGE_SIZE, DB_SQ_OFFSET,
+    DB_SQ_QP_MASK, DEV_CTRL_RESET, DEV_STATUS_FATAL, DEV_STATUS_READY, EQ_KIND_AEQ,
+    FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP, REG_DEV_CTRL,
+    REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
+};
+use crate::msix::InterruptSink;
+
+use admin::AdminQueue;
+use cq::{Cq, CqWrite, CqeData};
+use eq::{Eq, EqPushError};
+use mr::MrTable;
+use qp::Qp;
+
+/// What the engine needs from the rest of the device for one operation.
+pub struct Env<'a> {
+    /// Guest memory (already gated by Bus Master Enable).
+    pub mem: &'a dyn GuestMemory,
+    /// MSI-X.
+    pub irq: &'a dyn InterruptSink,
+    /// Bus Master Enable: without it doorbells are ignored and the admin queue stops.
+    pub bus_master: bool,
+}
+
+/// A UD address handle.
+#[derive(Debug, Clone)]
+pub struct Ah {
+    pub pd: u32,
+    pub attrs: QpAttrs,
+}
+
+/// A GID table entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gid {
+    pub gid: [u8; 16],
+    pub mac: [u8; 6],
+}
+
+/// The port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    pub mac: [u8; 6],
+    pub link_up: bool,
+    /// IB MTU enum.
+    pub mtu: u8,
+}
+
+/// The RDMA engine state of one NIC.
+#[derive(Debug)]
+pub struct Engine {
+    aq: AdminQueue,
+    fatal: bool,
+    eqs: Vec<Option<Eq>>,
+    cqs: Vec<Option<Cq>>,
+    qps: Vec<Option<Qp>>,
+    mrs: MrTable,
+    ahs: Vec<Option<Ah>>,
+    gids: Vec<Option<Gid>>,
+    port: Port,
+    stats: Stats,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn table<T>(n: u32) -> Vec<Option<T>> {
+    (0..n).map(|_| None).collect()
+}
+
+impl Engine {
+    /// The reset state: no objects, admin queue disabled, link down.
+    pub fn new() -> Self {
+        Self {
+            aq: AdminQueue::default(),
+            fatal: false,
+            eqs: table(MAX_EQ),
+            cqs: table(MAX_CQ),
+            qps: table(MAX_QP),
+            mrs: MrTable::new(),
+            ahs: table(MAX_AH),
+            gids: table(MAX_GID),
+            port: Port {
+                mac: [0; 6],
+                link_up: false,
+                mtu: 5,
+            },
+            stats: Stats::default(),
+        }
+    }
+
+    /// Counters (for tests and logs).
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The value of an engine register, or `None` if `reg` is not one.
+    pub fn read_reg(&self, reg: usize) -> Option<u32> {
+        match reg {
+            REG_FEATURES => Some(FEATURE_RDMA | FEATURE_DOORBELL_BAR),
+            REG_DEV_CTRL | REG_EQ_DOORBELL => Some(0),
+            REG_DEV_STATUS => Some(if self.fatal {
+                DEV_STATUS_READY | DEV_STATUS_FATAL
+            } else {
+                DEV_STATUS_READY
+            }),
+            _ => self.aq.read_reg(reg),
+        }
+    }
+
+    /// A 32-bit register write; `false` if `reg` is not an engine register.
+    pub fn write_reg(&mut self, env: &Env<'_>, reg: usize, value: u32) -> bool {
+        match reg {
+            REG_DEV_CTRL => {
+                if value == DEV_CTRL_RESET {
+                    log::info!("RDMA engine reset");
+                    *self = Self::new();
+                }
+            }
+            REG_EQ_DOORBELL => {
+                let id = (value >> 24) & 0x7f;
+                let cons = value & 0x00ff_ffff;
+                let arm = value & crate::interface::EQ_DB_ARM != 0;
+                let accepted = self
+                    .eqs
+                    .get_mut(id as usize)
+                    .and_then(Option::as_mut)
+                    .is_some_and(|eq| eq.doorbell(cons, arm));
+                match accepted {
+                    true => {}
+                    false => {
+                        log::debug!("EQ doorbell {value:#x} ignored");
+                        self.stats.spurious_doorbells += 1;
+                    }
+                }
+            }
+            _ => {
+                if !self.aq.is_reg(reg) {
+                    return false;
+                }
+                if admin::write_reg(self, env, reg, value) {
+                    self.process_admin(env);
+                }
+            }
+        }
+        self.flush_interrupts(env);
+        true
+    }
+
+    /// A write to the doorbell BAR. Only aligned 32-bit writes at the two doorbell offsets
+    /// of a page do anything.
+    pub fn doorbell(&mut self, env: &Env<'_>, offset: u64, data: &[u8]) {
+        let (Ok(off), [a, b, c, d]) = (usize::try_from(offset), data) else {
+            self.stats.spurious_doorbells += 1;
+            return;
+        };
+        if off >= DB_BAR_SIZE || !env.bus_master {
+            self.stats.spurious_doorbells += 1;
+            return;
+        }
+        let value = u32::from_le_bytes([*a, *b, *c, *d]);
+        let page = (off / DB_PAGE_SIZE) as u32;
+        match off % DB_PAGE_SIZE {
+            DB_SQ_OFFSET if value & !DB_SQ_QP_MASK == 0 => self.sq_doorbell(env, page, value),
+            DB_CQ_ARM_OFFSET => self.cq_arm_doorbell(env, page, value),
+            _ => self.stats.spurious_doorbells += 1,
+        }
+        self.flush_interrupts(env);
+    }
+
+    /// Timer tick: retries RC sends waiting after an RNR NAK. (The vfio-user server has no
+    /// timer yet; every doorbell also retries them.)
+    pub fn tick(&mut self, env: &Env<'_>) {
+        if env.bus_master {
+            self.retry_rnr(env, u32::MAX);
+        }
+        self.flush_interrupts(env);
+    }
+
+    fn cq_arm_doorbell(&mut self, env: &Env<'_>, page: u32, cq_id: u32) {
+        let Some(cq) = self.cqs.get_mut(cq_id as usize).and_then(Option::as_mut) else {
+            self.stats.spurious_doorbells += 1;
+            return;
+        };
+        if cq.db_page != page {
+            self.stats.spurious_doorbells += 1;
+            return;
+        }
+        self.stats.doorbells += 1;
+        if cq.arm_doorbell(env.mem).is_err() {
+            self.stats.dma_faults += 1;
+            log::debug!("CQ {cq_id}: shadow area not readable on arm");
+        }
+        self.retry_rnr(env, u32::MAX);
+    }
+
+    /// Raises the vector of every EQ that became due.
+    fn flush_interrupts(&mut self, env: &Env<'_>) {
+        for eq in self.eqs.iter_mut().flatten() {
+            if eq.take_interrupt() {
+                self.stats.interrupts += 1;
+                if let Err(e) = env.irq.raise(eq.vector) {
+                    log::debug!("EQ interrupt on vector {}: {e}", eq.vector);
+                }
+            }
+        }
+    }
+
+    /// Queues an asynchronous event on the AEQ (dropped if there is none or it is full).
+    fn async_event(&mut self, env: &Env<'_>, kind: u8, id: u32, code: u16, info: u32) {
+        log::debug!("async event {code:#x} kind {kind} id {id} info {info}");
+        let Some(aeq) = self
+            .eqs
+            .iter_mut()
+            .flatten()
+            .find(|e| e.kind == EQ_KIND_AEQ)
+        else {
+            return;
+        };
+        let e = Eqe {
+            id: u64::from(id),
+            info,
+            code,
+            kind,
+            flags: 0,
+        };
+        match aeq.push(env.mem, e) {
+            Ok(()) => self.stats.aeqes += 1,
+            Err(EqPushError::Full) => log::warn!("AEQ full: event {code:#x} dropped"),
+            Err(EqPushError::Dma(err)) => {
+                self.stats.dma_faults += 1;
+                log::warn!("AEQ not writable: {err}");
+            }
+        }
+    }
+
+    /// A completion event for `cq_id` on its CEQ.
+    fn completion_event(&mut self, env: &Env<'_>, cq_id: u32) {
+        let Some(eq_id) = self
+            .cqs
+            .get(cq_id as usize)
+            .and_then(Option::as_ref)
+            .map(|c| c.eq_id)
+        else {
+            return;
+        };
+        let Some(eq) = self.eqs.get_mut(eq_id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let e = Eqe {
+            id: u64::from(cq_id),
+            info: 0,
+            code: crate::interface::ae::CQ_COMPLETION,
+            kind: eqe_kind::CQ,
+            flags: 0,
+        };
+        match eq.push(env.mem, e) {
+            Ok(()) => self.stats.ceqes += 1,
+            Err(err) => {
+                if matches!(err, EqPushError::Dma(_)) {
+                    self.stats.dma_faults += 1;
+                }
+                let first = !eq.overflow_reported;
+                eq.overflow_reported = true;
+                if first {
+                    self.async_event(
+                        env,
+                        eqe_kind::DEVICE,
+                        eq_id,
+                        crate::interface::ae::EQ_OVERFLOW,
+                        0,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Writes a CQE to `cq_id` and raises the completion event the arm state asks for.
+    fn post_cqe(&mut self, env: &Env<'_>, cq_id: u32, c: &CqeData) {
+        let Some(cq) = self.cqs.get_mut(cq_id as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        match cq.write(env.mem, c) {
+            CqWrite::Written { event } => {
+                self.stats.cqes += 1;
+                if event {
+                    self.completion_event(env, cq_id);
+                }
+            }
+            CqWrite::Dropped(Some(code)) => {
+                log::warn!("CQ {cq_id} stopped (event {code:#x})");
+                self.async_event(env, eqe_kind::CQ, cq_id, code, 0);
+            }
+            CqWrite::Dropped(None) => {}
+        }
+    }
+}

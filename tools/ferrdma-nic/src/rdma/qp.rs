@@ -1,0 +1,134 @@
+//! Queue pair contexts: ring geometry, tails and polarities, attributes and the state
+//! machine.
+
+use crate::interface::{qp_attr, qp_state, QpAttrs, QP_TYPE_RC};
+
+use super::ring::Ring;
+
+/// One QP.
+#[derive(Debug)]
+pub struct Qp {
+    pub qp_type: u8,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub db_page: u32,
+    pub rq_shift: u8,
+    /// SQ ring, one entry per quantum.
+    pub sq: Ring,
+    /// RQ ring, one entry per WQE.
+    pub rq: Ring,
+    pub shadow: u64,
+    pub compl_ctx: u64,
+    pub attrs: QpAttrs,
+    /// Attribute groups set at least once (`qp_attr` bits).
+    pub have: u32,
+    pub sq_tail: u32,
+    pub sq_pol: bool,
+    pub rq_tail: u32,
+    pub rq_pol: bool,
+    /// WQEs were consumed since the last SQ CQE (unsignaled ones): a flush must report.
+    pub sq_unreported: bool,
+    /// Flush code of the last error.
+    pub last_error: u16,
+    pub comm_est_sent: bool,
+    /// RNR NAKs received for the WQE at the SQ tail.
+    pub rnr_attempts: u32,
+    /// Waiting for the responder to post a receive.
+    pub rnr_wait: bool,
+}
+
+impl Qp {
+    /// Current state.
+    pub fn state(&self) -> u8 {
+        self.attrs.state
+    }
+
+    /// Rewinds the rings to their creation state (RESET).
+    pub fn rewind(&mut self) {
+        self.sq_tail = 0;
+        self.sq_pol = true;
+        self.rq_tail = 0;
+        self.rq_pol = true;
+        self.sq_unreported = false;
+        self.last_error = 0;
+        self.comm_est_sent = false;
+        self.rnr_attempts = 0;
+        self.rnr_wait = false;
+    }
+
+    /// Advances the SQ tail by `n` quanta, flipping the polarity on wrap.
+    pub fn advance_sq(&mut self, n: u32) {
+        let size = self.sq.entries();
+        self.sq_tail += n;
+        while self.sq_tail >= size {
+            self.sq_tail -= size;
+            self.sq_pol = !self.sq_pol;
+        }
+    }
+
+    /// Advances the RQ tail by one WQE.
+    pub fn advance_rq(&mut self) {
+        self.rq_tail += 1;
+        if self.rq_tail >= self.rq.entries() {
+            self.rq_tail = 0;
+            self.rq_pol = !self.rq_pol;
+        }
+    }
+
+    /// Whether the QP accepts inbound messages.
+    pub fn can_receive(&self) -> bool {
+        matches!(self.state(), qp_state::RTR | qp_state::RTS | qp_state::SQD)
+    }
+}
+
+/// Whether `from -> to` is a legal transition, and (for RC to RTR) whether the needed
+/// attributes are present in `have` (groups set before or by this command).
+pub fn transition_ok(qp_type: u8, from: u8, to: u8, have: u32) -> bool {
+    use qp_state::*;
+    let legal = matches!(
+        (from, to),
+        (_, ERR | RESET)
+            | (RESET | INIT, INIT)
+            | (INIT, RTR)
+            | (RTR | RTS | SQD, RTS)
+            | (RTS | SQD, SQD)
+    );
+    if !legal {
+        return false;
+    }
+    if to == RTR && from == INIT {
+        let need = if qp_type == QP_TYPE_RC {
+            qp_attr::AV | qp_attr::DEST_QPN
+        } else {
+            qp_attr::QKEY
+        };
+        return have & need == need;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interface::QP_TYPE_UD;
+    use qp_state::*;
+
+    #[test]
+    fn state_machine() {
+        let av = qp_attr::AV | qp_attr::DEST_QPN;
+        assert!(transition_ok(QP_TYPE_RC, RESET, INIT, 0));
+        assert!(!transition_ok(QP_TYPE_RC, RESET, RTR, av));
+        assert!(!transition_ok(QP_TYPE_RC, INIT, RTR, qp_attr::AV));
+        assert!(transition_ok(QP_TYPE_RC, INIT, RTR, av));
+        assert!(!transition_ok(QP_TYPE_UD, INIT, RTR, av));
+        assert!(transition_ok(QP_TYPE_UD, INIT, RTR, qp_attr::QKEY));
+        assert!(transition_ok(QP_TYPE_RC, RTR, RTS, 0));
+        assert!(transition_ok(QP_TYPE_RC, RTS, SQD, 0));
+        assert!(transition_ok(QP_TYPE_RC, SQD, RTS, 0));
+        assert!(!transition_ok(QP_TYPE_RC, ERR, RTS, av));
+        assert!(transition_ok(QP_TYPE_RC, ERR, RESET, 0));
+        assert!(!transition_ok(QP_TYPE_RC, RTS, 5, 0));
+        assert!(!transition_ok(QP_TYPE_RC, 9, RTS, 0));
+    }
+}

@@ -1,0 +1,243 @@
+//! Event queues (polarity, wrap-around, arming, moderation, overflow) and CQ arming.
+
+use super::*;
+
+fn toggle_link(h: &mut Host, up: bool) {
+    let p = SetPort {
+        hdr: Host::hdr(admin_op::SET_PORT),
+        link: u8::from(up),
+        mtu: 3,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(p.encode()), 0);
+}
+
+#[test]
+fn aeq_wraps_around_with_polarity_and_one_interrupt_per_arm() {
+    let mut h = Host::new();
+    let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 16);
+    // The admin queue's interrupt shares vector 0: turn it off to count EQ interrupts.
+    h.set_reg(REG_AQ_CTRL, AQ_CTRL_ENABLE);
+    h.irqs(0);
+    // Disarmed: events are written but no interrupt.
+    toggle_link(&mut h, true);
+    assert_eq!(h.irqs(0), 0);
+    let ev = h.poll_eq(&mut aeq);
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].code, ev[0].kind), (ae::PORT_ACTIVE, eqe_kind::PORT));
+    let up = false;
+    for round in 0..50 {
+        h.arm_eq(&aeq);
+        toggle_link(&mut h, up);
+        toggle_link(&mut h, !up);
+        assert_eq!(h.irqs(0), 1, "round {round}: one interrupt per arm");
+        let ev = h.poll_eq(&mut aeq);
+        assert_eq!(ev.len(), 2, "round {round}");
+        let want = if up {
+            [ae::PORT_ACTIVE, ae::PORT_DOWN]
+        } else {
+            [ae::PORT_DOWN, ae::PORT_ACTIVE]
+        };
+        assert_eq!([ev[0].code, ev[1].code], want);
+    }
+    assert!(aeq.cons != 0 || !aeq.pol, "wrapped several times");
+    // Re-arming with unconsumed entries raises at once.
+    toggle_link(&mut h, false);
+    assert_eq!(h.irqs(0), 0);
+    h.arm_eq(&aeq);
+    assert_eq!(h.irqs(0), 1);
+    // Bad EQ doorbells are ignored.
+    h.set_reg(REG_EQ_DOORBELL, eq_doorbell(0, 16, true));
+    h.set_reg(REG_EQ_DOORBELL, eq_doorbell(5, 0, true));
+    assert!(h.dev.engine().stats().spurious_doorbells >= 2);
+}
+
+#[test]
+fn full_aeq_drops_and_never_overwrites() {
+    let mut h = Host::new();
+    let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 16);
+    for i in 0..40 {
+        toggle_link(&mut h, i % 2 == 0);
+    }
+    // One slot stays free: 15 entries, the first one PORT_ACTIVE.
+    let ev = h.poll_eq(&mut aeq);
+    assert_eq!(ev.len(), 15);
+    assert_eq!(ev[0].code, ae::PORT_ACTIVE);
+    h.arm_eq(&aeq);
+    toggle_link(&mut h, true);
+    assert_eq!(h.poll_eq(&mut aeq).len(), 1);
+}
+
+#[test]
+fn eq_creation_rules() {
+    let mut h = Host::new();
+    let ring = PageList {
+        addr: RAM_BASE + 0x10_0000,
+        npages: 1,
+        level: 0,
+        ..Default::default()
+    };
+    let eq = |id, kind, vector, size, moderation_us| {
+        CreateEq {
+            hdr: Host::hdr(admin_op::CREATE_EQ),
+            eq_id: id,
+            size,
+            vector,
+            kind,
+            moderation_us,
+            ring,
+            ..Default::default()
+        }
+        .encode()
+    };
+    assert_eq!(h.admin(eq(0, EQ_KIND_AEQ, 1, 16, 0)), admin_status::INVALID);
+    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 0, 16, 0)), admin_status::INVALID);
+    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 8, 16, 0)), admin_status::INVALID);
+    assert_eq!(h.admin(eq(0, 7, 1, 16, 0)), admin_status::INVALID);
+    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 24, 0)), admin_status::INVALID);
+    assert_eq!(
+        h.admin(eq(0, EQ_KIND_CEQ, 1, 512, 0)),
+        admin_status::INVALID,
+        "ring too small"
+    );
+    assert_eq!(
+        h.admin(eq(0, EQ_KIND_CEQ, 1, 16, 5)),
+        admin_status::NOT_SUPPORTED
+    );
+    assert_eq!(
+        h.admin(eq(MAX_EQ, EQ_KIND_CEQ, 1, 16, 0)),
+        admin_status::BAD_ID
+    );
+    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 1, 16, 0)), 0);
+    assert_eq!(h.admin(eq(0, EQ_KIND_CEQ, 2, 16, 0)), admin_status::EXISTS);
+    assert_eq!(
+        h.admin(eq(1, EQ_KIND_CEQ, 1, 16, 0)),
+        admin_status::EXISTS,
+        "one EQ per vector"
+    );
+    assert_eq!(h.admin(Host::object(admin_op::DESTROY_EQ, 0)), 0);
+    assert_eq!(
+        h.admin(Host::object(admin_op::DESTROY_EQ, 0)),
+        admin_status::NOT_FOUND
+    );
+}
+
+/// A send from A to B, for arming tests: B's CQ gets an RQ CQE.
+fn one_send(r: &mut Rig, solicited: bool) {
+    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+    let wr = Wr {
+        opcode: if solicited {
+            sq_op::SEND_SOL
+        } else {
+            sq_op::SEND
+        },
+        signaled: false,
+        sges: vec![r.buf_a.sg(0, 16)],
+        ..Default::default()
+    };
+    r.h.send(&mut r.a, &wr);
+}
+
+#[test]
+fn cq_arm_next_and_solicited_one_event_per_arm() {
+    let mut r = Rig::rc();
+    r.h.irqs(1);
+    // Not armed: no CEQ entry.
+    one_send(&mut r, false);
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    // Armed for any: exactly one event for two completions.
+    r.h.arm_cq(&r.cq_b, false);
+    one_send(&mut r, false);
+    one_send(&mut r, false);
+    let ev = r.h.poll_eq(&mut r.ceq);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        (ev[0].id, ev[0].kind, ev[0].code),
+        (2, eqe_kind::CQ, ae::CQ_COMPLETION)
+    );
+    assert_eq!(r.h.irqs(1), 1);
+    r.h.arm_eq(&r.ceq);
+    // A repeated doorbell without a new arm sequence number does not re-arm.
+    r.h.doorbell(1, DB_CQ_ARM_OFFSET, 2);
+    one_send(&mut r, false);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    assert_eq!(r.h.irqs(1), 0);
+    // Solicited-only: a plain send does not trigger, a solicited one does.
+    r.h.arm_cq(&r.cq_b, true);
+    one_send(&mut r, false);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    one_send(&mut r, true);
+    let ev = r.h.poll_eq(&mut r.ceq);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(r.h.irqs(1), 1);
+    let cqes = r.h.poll_cq(&mut r.cq_b);
+    assert_eq!(cqes.len(), 5);
+    assert!(cqes[4].solicited() && !cqes[3].solicited());
+    // A doorbell from the wrong page is ignored.
+    let before = r.h.dev.engine().stats().spurious_doorbells;
+    r.h.doorbell(0, DB_CQ_ARM_OFFSET, 2);
+    assert_eq!(r.h.dev.engine().stats().spurious_doorbells, before + 1);
+}
+
+#[test]
+fn ceq_overflow_is_reported_on_the_aeq() {
+    let mut h = Host::new();
+    let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 16);
+    let mut ceq = h.create_eq(1, EQ_KIND_CEQ, 1, 16);
+    assert_eq!(h.admin(gid_cmd(admin_op::ADD_GID, 0, GID0)), 0);
+    let p = SetPort {
+        hdr: Host::hdr(admin_op::SET_PORT),
+        link: 1,
+        mtu: 3,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(p.encode()), 0);
+    h.poll_eq(&mut aeq);
+    let mut cq = h.create_cq(3, 256, 1);
+    let mut qp = h.create_qp(2, QP_TYPE_RC, 1, 3, 3, 512, 8, 0);
+    h.connect_rc(2, 2, 0);
+    // Each NOP completion with the CQ re-armed produces one CEQ entry; 15 fit.
+    for _ in 0..20 {
+        h.arm_cq(&cq, false);
+        h.send(
+            &mut qp,
+            &Wr {
+                opcode: sq_op::NOP,
+                signaled: true,
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(h.poll_cq(&mut cq).len(), 20);
+    assert_eq!(h.poll_eq(&mut ceq).len(), 15);
+    let ev = h.poll_eq(&mut aeq);
+    assert_eq!(ev.len(), 1, "overflow reported once: {ev:?}");
+    assert_eq!((ev[0].code, ev[0].id), (ae::EQ_OVERFLOW, 1));
+}
+
+#[test]
+fn cq_ring_wraps_with_extended_cqes_straddling_the_end() {
+    let mut r = Rig::rc();
+    // CQ B has 64 slots; completions with immediate data take 2. 100 of them wrap three
+    // times and some straddle the end (poll_cq checks the extension's polarity).
+    for i in 0..100u32 {
+        r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+        let wr = Wr {
+            opcode: sq_op::SEND,
+            imm: Some(0x1000 + i),
+            sges: vec![r.buf_a.sg(0, 8)],
+            ..Default::default()
+        };
+        r.h.send(&mut r.a, &wr);
+        // Consume every few sends so the ring never overflows.
+        if i % 8 == 7 {
+            let c = r.h.poll_cq(&mut r.cq_b);
+            assert_eq!(c.len(), 8);
+            for (k, e) in c.iter().enumerate() {
+                assert_eq!(e.imm(), Some(0x1000 + i - 7 + k as u32));
+            }
+        }
+    }
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 4);
+}

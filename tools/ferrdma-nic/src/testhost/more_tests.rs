@@ -1,0 +1,511 @@
+//! Remaining manual paths: CQ resize and EQ move, link down, COMM_EST, the GSI QP, SEND_INV
+//! failures, AH protection, and rings in memory the device cannot reach.
+
+use super::*;
+
+#[test]
+fn modify_cq_resizes_and_moves_between_ceqs() {
+    let mut r = Rig::rc();
+    let mut ceq2 = r.h.create_eq(2, EQ_KIND_CEQ, 2, 16);
+    r.h.arm_eq(&ceq2);
+    // Two completions in the old ring, then resize to a new ring of 16 and move to CEQ 2.
+    for _ in 0..2 {
+        r.h.send(
+            &mut r.a,
+            &Wr {
+                opcode: sq_op::NOP,
+                signaled: true,
+                ..Default::default()
+            },
+        );
+    }
+    let ring = r.h.alloc(4096, 4096);
+    let c = ModifyCq {
+        hdr: Host::hdr(admin_op::MODIFY_CQ),
+        cq_id: 1,
+        size: 16,
+        eq_id: 2,
+        flags: MODIFY_CQ_RESIZE | MODIFY_CQ_EQ,
+        ring: PageList {
+            addr: ring,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(r.h.admin(c.encode()), 0);
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a).len(),
+        2,
+        "old CQEs stay in the old ring"
+    );
+    let mut new = CqH {
+        id: 1,
+        ring,
+        shadow: r.cq_a.shadow,
+        size: 16,
+        head: 0,
+        pol: true,
+        db_page: 1,
+    };
+    r.h.w64(new.shadow, 0);
+    r.h.arm_cq(&new, false);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::NOP,
+            signaled: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut new).len(), 1);
+    let ev = r.h.poll_eq(&mut ceq2);
+    assert_eq!((ev.len(), ev[0].id), (1, 1));
+    // Invalid modifications.
+    assert_eq!(
+        r.h.admin(ModifyCq { flags: 4, ..c }.encode()),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        r.h.admin(
+            ModifyCq {
+                eq_id: 0,
+                flags: MODIFY_CQ_EQ,
+                ..c
+            }
+            .encode()
+        ),
+        admin_status::INVALID
+    );
+    assert_eq!(
+        r.h.admin(
+            ModifyCq {
+                size: 129,
+                flags: MODIFY_CQ_RESIZE,
+                ..c
+            }
+            .encode()
+        ),
+        admin_status::INVALID,
+        "ring too small"
+    );
+    assert_eq!(
+        r.h.admin(ModifyCq { cq_id: 99, ..c }.encode()),
+        admin_status::NOT_FOUND
+    );
+}
+
+#[test]
+fn link_down_fails_rc_sends_and_raises_port_events() {
+    let mut r = Rig::rc();
+    let p = SetPort {
+        hdr: Host::hdr(admin_op::SET_PORT),
+        link: LINK_DOWN,
+        mtu: 3,
+        ..Default::default()
+    };
+    assert_eq!(r.h.admin(p.encode()), 0);
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| e.code == ae::PORT_DOWN));
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_WRITE,
+            sges: vec![r.buf_a.sg(0, 8)],
+            hdr_low: r.buf_b.stag,
+            qw2: r.buf_b.va,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        Some((1, flush::RETRY_EXC))
+    );
+}
+
+#[test]
+fn comm_est_on_first_receive_in_rtr() {
+    let mut h = Host::new();
+    let (mut aeq, _ceq) = h.standard();
+    h.poll_eq(&mut aeq);
+    let mut cq = h.create_cq(1, 64, 1);
+    let mut a = h.create_qp(2, QP_TYPE_RC, 1, 1, 1, 64, 8, 0);
+    let mut b = h.create_qp(3, QP_TYPE_RC, 1, 1, 1, 64, 8, 0);
+    h.connect_rc(2, 3, 0);
+    // B only to RTR.
+    let st = |s| QpAttrs {
+        state: s,
+        dest_qpn: 2,
+        dgid: GID0,
+        ..Default::default()
+    };
+    assert_eq!(h.modify(3, qp_attr::STATE, st(qp_state::INIT)), 0);
+    assert_eq!(
+        h.modify(
+            3,
+            qp_attr::STATE | qp_attr::AV | qp_attr::DEST_QPN,
+            st(qp_state::RTR)
+        ),
+        0
+    );
+    let buf = h.reg_mr(0x1_00, 1, MR_ACCESS_LOCAL_WRITE, 0x1000);
+    for _ in 0..2 {
+        h.post_recv(&mut b, &[buf.sg(0, 64)]);
+        h.send(
+            &mut a,
+            &Wr {
+                opcode: sq_op::SEND,
+                sges: vec![buf.sg(0x100, 8)],
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(h.poll_cq(&mut cq).len(), 2);
+    let ev = h.poll_eq(&mut aeq);
+    assert_eq!(ev.len(), 1, "once: {ev:?}");
+    assert_eq!((ev[0].code, ev[0].id), (ae::QP_COMM_EST, 3));
+}
+
+#[test]
+fn gsi_qp_receives_ud_traffic_for_qp1() {
+    let mut h = Host::new();
+    h.standard();
+    let mut cq = h.create_cq(1, 64, 1);
+    let mut gsi = h.create_qp(1, QP_TYPE_GSI, 1, 1, 1, 64, 8, 1);
+    let mut ud = h.create_qp(5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
+    h.ud_to_rts(1, 0x8001_0000);
+    h.ud_to_rts(5, 7);
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 0,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: GID0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(ah.encode()), 0);
+    let buf = h.reg_mr(0x1_00, 1, MR_ACCESS_LOCAL_WRITE, 0x1000);
+    h.buf_write(&buf, 0x800, b"MAD!");
+    h.post_recv(&mut gsi, &[buf.sg(0, 0x100)]);
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            sges: vec![buf.sg(0x800, 4)],
+            qw2: (1 << 32) | 0x8001_0000,
+            ..Default::default()
+        },
+    );
+    let c = h.poll_cq(&mut cq);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].qp_id(), c[0].len(), c[0].qw[2] as u32), (1, 44, 5));
+    assert_eq!(h.buf_read(&buf, 40, 4), b"MAD!");
+    // The IPv6 GRH form when the AH is not IPv4.
+    assert_eq!(h.buf_read(&buf, 0, 1)[0] >> 4, 6);
+    // A UD SEND with an AH of another PD: local protection error.
+    let other = CreateAh {
+        ah_id: 1,
+        pd: 9,
+        ..ah
+    };
+    assert_eq!(h.admin(other.encode()), 0);
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![buf.sg(0x800, 4)],
+            hdr_low: 1,
+            qw2: (1 << 32) | 0x8001_0000,
+            ..Default::default()
+        },
+    );
+    assert_eq!(h.poll_cq(&mut cq)[0].error(), Some((1, flush::PROT)));
+}
+
+#[test]
+fn send_with_invalidate_of_a_bad_stag() {
+    let mut r = Rig::rc();
+    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND_SOL_INV,
+            sges: vec![r.buf_a.sg(0, 8)],
+            hdr_low: 0x777,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        Some((1, flush::REM_INV_REQ))
+    );
+    assert_eq!(
+        r.h.poll_cq(&mut r.cq_b)[0].error(),
+        Some((1, flush::LOC_QP_OP))
+    );
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::QP_INVALID_REQUEST, 3)));
+}
+
+#[test]
+fn rings_the_device_cannot_reach() {
+    let mut h = Host::new();
+    let (mut aeq, _ceq) = h.standard();
+    h.poll_eq(&mut aeq);
+    h.arm_eq(&aeq);
+    // A CQ whose ring is outside guest memory (level 0 needs no read at create time).
+    let bad_cq = CreateCq {
+        hdr: Host::hdr(admin_op::CREATE_CQ),
+        cq_id: 7,
+        size: 16,
+        eq_id: 1,
+        db_page: 1,
+        shadow_addr: RAM_BASE,
+        ring: PageList {
+            addr: 0x1000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(bad_cq.encode()), 0);
+    let mut good = h.create_cq(8, 16, 1);
+    // A QP whose SQ ring is outside guest memory, completing to the good CQ.
+    let mut c = CreateQp {
+        hdr: Host::hdr(admin_op::CREATE_QP),
+        qp_id: 2,
+        pd: 1,
+        send_cq: 8,
+        recv_cq: 8,
+        qp_type: QP_TYPE_RC,
+        db_page: 1,
+        sq_quanta: 8,
+        rq_wqes: 8,
+        sq_ring: PageList {
+            addr: 0x2000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        rq_ring: PageList {
+            addr: RAM_BASE + 0x4000,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(c.encode()), 0);
+    h.connect_rc(2, 2, 0);
+    h.doorbell(1, DB_SQ_OFFSET, 2);
+    let e = h.poll_cq(&mut good);
+    assert_eq!(e[0].error(), Some((1, flush::FATAL)));
+    assert!(h.poll_eq(&mut aeq).iter().any(|e| e.code == ae::QP_FATAL));
+    h.arm_eq(&aeq);
+    // A QP completing to the unreachable CQ: the CQ stops with CQ_ACCESS.
+    c.qp_id = 3;
+    c.send_cq = 7;
+    c.sq_ring = PageList {
+        addr: RAM_BASE + 0x5000,
+        npages: 1,
+        level: 0,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(c.encode()), 0);
+    h.connect_rc(3, 3, 0);
+    h.write(
+        RAM_BASE + 0x5000 + 24,
+        &((1u64 << 63) | (1 << 62) | (u64::from(sq_op::NOP) << 32)).to_le_bytes(),
+    );
+    h.doorbell(1, DB_SQ_OFFSET, 3);
+    let ev = h.poll_eq(&mut aeq);
+    assert!(
+        ev.iter()
+            .any(|e| (e.code, e.id, e.kind) == (ae::CQ_ACCESS, 7, eqe_kind::CQ)),
+        "{ev:?}"
+    );
+    assert!(h.guards_intact());
+}
+
+#[test]
+fn mr_page_budget_is_enforced() {
+    let mut h = Host::new();
+    // Contiguous (level 0) lists need no reads, so the page budget is reached cheaply:
+    // 16 MRs of 2^18 pages fill the 4 Mi budget, the 17th is refused.
+    let mr = |i: u32| {
+        RegMr {
+            hdr: Host::hdr(admin_op::REG_MR),
+            stag: (i + 1) << 8,
+            pd: 1,
+            page_shift: 12,
+            iova: 0,
+            length: (MAX_PBL_PAGES as u64) << 12,
+            pages: PageList {
+                addr: RAM_BASE,
+                npages: MAX_PBL_PAGES,
+                level: PBL_LEVEL_CONTIG,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .encode()
+    };
+    for i in 0..16 {
+        assert_eq!(h.admin(mr(i)), 0, "MR {i}");
+    }
+    assert_eq!(h.admin(mr(16)), admin_status::NO_RESOURCES);
+    assert_eq!(h.admin(Host::object(admin_op::DEREG_MR, 1 << 8)), 0);
+    assert_eq!(h.admin(mr(16)), 0, "budget returned on deregistration");
+}
+
+#[test]
+fn read_into_read_only_memory_and_ud_to_a_foreign_gid() {
+    let mut r = Rig::rc();
+    let ro = r.h.reg_mr(0x9_00, 1, 0, 0x1000);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            sges: vec![ro.sg(0, 8)],
+            hdr_low: r.buf_b.stag,
+            qw2: r.buf_b.va,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), Some((1, flush::PROT)));
+    assert!(r
+        .h
+        .poll_eq(&mut r.aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::QP_LOCAL_ACCESS, 2)));
+    // UD to a GID this NIC does not own: no wire in 2.0, so it is dropped; the sender
+    // still completes successfully.
+    let mut h = Host::new();
+    h.standard();
+    let mut cq = h.create_cq(1, 64, 1);
+    let mut ud = h.create_qp(5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
+    h.ud_to_rts(5, 7);
+    let mut far = GID0;
+    far[15] = 99;
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 0,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: far,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(ah.encode()), 0);
+    let buf = h.reg_mr(0x1_00, 1, 0, 0x1000);
+    h.send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![buf.sg(0, 4)],
+            qw2: (5 << 32) | 7,
+            ..Default::default()
+        },
+    );
+    let c = h.poll_cq(&mut cq);
+    assert_eq!((c.len(), c[0].error(), c[0].is_sq()), (1, None, true));
+    // SQ reflush through MODIFY_QP on a QP in ERR.
+    assert_eq!(
+        h.modify(
+            5,
+            qp_attr::STATE,
+            QpAttrs {
+                state: qp_state::ERR,
+                ..Default::default()
+            }
+        ),
+        0
+    );
+    h.poll_cq(&mut cq);
+    h.post_send(
+        &mut ud,
+        &Wr {
+            opcode: sq_op::SEND,
+            sges: vec![buf.sg(0, 4)],
+            ..Default::default()
+        },
+    );
+    let reflush = ModifyQp {
+        hdr: Host::hdr(admin_op::MODIFY_QP),
+        qp_id: 5,
+        attr_mask: qp_attr::STATE,
+        flags: MODIFY_QP_SQ_FLUSH,
+        attrs: QpAttrs {
+            state: qp_state::ERR,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(reflush.encode()), 0);
+    let c = h.poll_cq(&mut cq);
+    assert_eq!(
+        (c.len(), c[0].error(), c[0].is_sq()),
+        (1, Some((1, flush::GENERAL)), true)
+    );
+}
+
+#[test]
+fn guest_addresses_at_the_top_of_the_address_space() {
+    let mut h = Host::new();
+    let (mut aeq, _ceq) = h.standard();
+    h.poll_eq(&mut aeq);
+    h.arm_eq(&aeq);
+    // A CQ whose shadow area would wrap past 2^64: arming and writing fail cleanly.
+    let ring = h.alloc(4096, 4096);
+    let c = CreateCq {
+        hdr: Host::hdr(admin_op::CREATE_CQ),
+        cq_id: 3,
+        size: 16,
+        eq_id: 1,
+        db_page: 1,
+        shadow_addr: u64::MAX - 7,
+        ring: PageList {
+            addr: ring,
+            npages: 1,
+            level: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(h.admin(c.encode()), 0);
+    h.doorbell(1, DB_CQ_ARM_OFFSET, 3);
+    let mut qp = h.create_qp(2, QP_TYPE_RC, 1, 3, 3, 64, 8, 0);
+    h.connect_rc(2, 2, 0);
+    h.send(
+        &mut qp,
+        &Wr {
+            opcode: sq_op::NOP,
+            signaled: true,
+            ..Default::default()
+        },
+    );
+    assert!(h
+        .poll_eq(&mut aeq)
+        .iter()
+        .any(|e| (e.code, e.id) == (ae::CQ_ACCESS, 3)));
+    // An admin ring at the very top of the address space.
+    h.set_reg(REG_AQ_CTRL, 0);
+    h.set_reg64(REG_AQ_BASE, u64::MAX - 4095);
+    h.set_reg(REG_AQ_CTRL, AQ_CTRL_ENABLE);
+    h.set_reg(REG_AQ_TAIL, 1);
+    assert_eq!(h.reg(REG_AQ_STATUS), aq_status::DMA_FAULT);
+    assert!(h.guards_intact());
+}
