@@ -35,3 +35,10 @@ __rust_helper enum ib_mtu rust_helper_iboe_get_mtu(int mtu)
 }
 
 #endif
+
+#if IS_BUILTIN(CONFIG_INFINIBAND)
+__rust_helper pgprot_t rust_helper_pgprot_noncached(pgprot_t prot)
+{
+	return pgprot_noncached(prot);
+}
+#endif

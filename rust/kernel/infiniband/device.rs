@@ -2,7 +2,13 @@
 
 //! RDMA device allocation, registration and the ops table.
 
-use super::{attr, netdev::NetdevBinding, DeviceAttr, Driver};
+use super::{
+    attr,
+    netdev::NetdevBinding,
+    ucontext::{self, PdObject, UContextInit, UContextObject},
+    udata::UData,
+    DeviceAttr, Driver,
+};
 use crate::{
     bindings, device,
     error::{from_result, to_result},
@@ -51,7 +57,7 @@ impl<T: Driver> Device<T> {
     /// # Safety
     ///
     /// `ptr` must point to the `ib_device` of a live `Device<T>`.
-    unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
         // SAFETY: `ib` is at offset 0 (type invariant), so the cast is to the containing struct.
         unsafe { &*ptr.cast::<Self>() }
     }
@@ -64,7 +70,7 @@ impl<T: Driver> Device<T> {
     ///
     /// Must only be called from an ib_core callback, which runs between the store of
     /// `reg_data` in [`Registration::new`] and the end of `ib_unregister_device()`.
-    unsafe fn with_data<R>(&self, f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>) -> R) -> R {
+    pub(crate) unsafe fn with_data<R>(&self, f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>) -> R) -> R {
         // SAFETY: By the function's safety requirement the pointer was stored and is valid.
         let data = unsafe { &*(*self.reg_data.get()).cast::<T::RegistrationData<'_>>() };
         f(data)
@@ -207,6 +213,14 @@ impl<T: Driver> VTable<T> {
         query_pkey: Some(Self::query_pkey),
         add_gid: Some(Self::add_gid),
         del_gid: Some(Self::del_gid),
+        alloc_ucontext: Some(Self::alloc_ucontext),
+        dealloc_ucontext: Some(Self::dealloc_ucontext),
+        mmap: Some(ucontext::mmap::<T>),
+        mmap_free: Some(ucontext::mmap_free),
+        alloc_pd: Some(Self::alloc_pd),
+        dealloc_pd: Some(Self::dealloc_pd),
+        size_ib_ucontext: UContextObject::<T>::SIZE,
+        size_ib_pd: PdObject::<T>::SIZE,
         // SAFETY: `ib_device_ops` is a table of integers and nullable pointers.
         ..unsafe { core::mem::zeroed() }
     };
@@ -234,6 +248,72 @@ impl<T: Driver> VTable<T> {
             attr.write_to(unsafe { &mut *out });
             Ok(0)
         })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a zeroed object of `size_ib_ucontext` bytes.
+    unsafe extern "C" fn alloc_ucontext(
+        uctx: *mut bindings::ib_ucontext,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: ib_core passes the user command's udata, valid for this call.
+            let mut udata = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: The context's device is a `Device<T>` (callback contract).
+            let dev = unsafe { Device::<T>::from_raw((*uctx).device) };
+            let init = UContextInit::new(uctx);
+            // SAFETY: Called from an ib_core callback.
+            let value = unsafe { dev.with_data(|d| T::alloc_ucontext(d, &init, &mut udata)) }?;
+            // SAFETY: `uctx` is the head of a `UContextObject<T>` (the size we asked for).
+            unsafe { (*uctx.cast::<UContextObject<T>>()).data.write(value) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core once for a context `alloc_ucontext` initialised.
+    unsafe extern "C" fn dealloc_ucontext(uctx: *mut bindings::ib_ucontext) {
+        // SAFETY: `data` was initialised by `alloc_ucontext` and is moved out exactly once.
+        let (dev, value) = unsafe {
+            (
+                Device::<T>::from_raw((*uctx).device),
+                (*uctx.cast::<UContextObject<T>>()).data.assume_init_read(),
+            )
+        };
+        // SAFETY: Called from an ib_core callback.
+        unsafe { dev.with_data(|d| T::dealloc_ucontext(d, value)) };
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a zeroed object of `size_ib_pd` bytes.
+    unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> c_int {
+        from_result(|| {
+            // SAFETY: `udata` is null (kernel caller) or valid for this call.
+            let mut udata = unsafe { UData::from_raw(udata) };
+            // SAFETY: The PD's device is a `Device<T>` (callback contract).
+            let dev = unsafe { Device::<T>::from_raw((*pd).device) };
+            // SAFETY: Called from an ib_core callback.
+            let value = unsafe { dev.with_data(|d| T::alloc_pd(d, udata.as_mut())) }?;
+            // SAFETY: `pd` is the head of a `PdObject<T>`.
+            unsafe { (*pd.cast::<PdObject<T>>()).data.write(value) };
+            Ok(0)
+        })
+    }
+
+    /// # Safety
+    ///
+    /// Called by ib_core once for a PD `alloc_pd` initialised.
+    unsafe extern "C" fn dealloc_pd(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> c_int {
+        // SAFETY: `data` was initialised by `alloc_pd` and is moved out exactly once.
+        let (dev, value) = unsafe {
+            (Device::<T>::from_raw((*pd).device), (*pd.cast::<PdObject<T>>()).data.assume_init_read())
+        };
+        // SAFETY: Called from an ib_core callback.
+        unsafe { dev.with_data(|d| T::dealloc_pd(d, value)) };
+        0
     }
 
     /// # Safety

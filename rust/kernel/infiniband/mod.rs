@@ -12,9 +12,13 @@
 pub mod attr;
 pub mod device;
 mod netdev;
+pub mod ucontext;
+pub mod udata;
 
 pub use attr::{DeviceAttr, Mtu, RocePort};
 pub use device::{Device, Registration, RegistrationParams};
+pub use ucontext::{IoMmap, UContextInit};
+pub use udata::UData;
 
 use crate::{bindings, prelude::*};
 
@@ -42,6 +46,12 @@ pub trait Driver: Sized + Send + Sync + 'static {
     where
         Self: 'a;
 
+    /// Driver data of a user context (`ib_ucontext`).
+    type UContext: Send + Sync;
+
+    /// Driver data of a protection domain (`ib_pd`).
+    type Pd: Send + Sync;
+
     /// The user-space provider this device works with.
     const DRIVER_ID: DriverId;
 
@@ -54,6 +64,22 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// The static properties of RoCE port `port` (`query_port`); the state, speed and active
     /// MTU come from the bound network device.
     fn query_port(data: &Self::RegistrationData<'_>, port: u32) -> RocePort;
+
+    /// Creates a user context (`alloc_ucontext`); `ctx` maps device pages for it.
+    fn alloc_ucontext(
+        data: &Self::RegistrationData<'_>,
+        ctx: &UContextInit<'_>,
+        udata: &mut UData<'_>,
+    ) -> Result<Self::UContext>;
+
+    /// Destroys a user context (`dealloc_ucontext`); by then every object in it is gone.
+    fn dealloc_ucontext(_data: &Self::RegistrationData<'_>, _ctx: Self::UContext) {}
+
+    /// Creates a protection domain (`alloc_pd`); `udata` is `None` for kernel users.
+    fn alloc_pd(data: &Self::RegistrationData<'_>, udata: Option<&mut UData<'_>>) -> Result<Self::Pd>;
+
+    /// Destroys a protection domain (`dealloc_pd`).
+    fn dealloc_pd(_data: &Self::RegistrationData<'_>, _pd: Self::Pd) {}
 
     /// A GID was added to the port's GID table at `index` (`add_gid`).
     fn add_gid(_data: &Self::RegistrationData<'_>, _port: u32, _index: u32) -> Result {

@@ -106,6 +106,16 @@ impl pci::Driver for FerrdmaDriver {
             MacFmt(mac)
         );
 
+        // The doorbell BAR is what user contexts map; without it there are no user verbs.
+        let doorbells = if bar.read(regs::FEATURES).doorbell_bar()
+            && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
+        {
+            Some(pdev.resource_start(hw::DB_BAR_INDEX)?)
+        } else {
+            dev_warn!(pdev, "no doorbell BAR: user verbs unavailable\n");
+            None
+        };
+
         let params = RegistrationParams {
             name: c"ferrdma%d",
             node_guid: ibdev::node_guid(mac),
@@ -119,7 +129,7 @@ impl pci::Driver for FerrdmaDriver {
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
-                Ok::<_, Error>(IbData { mac }),
+                IbData::new(mac, doorbells),
             )
         }?;
         dev_info!(pdev, "registered {}\n", ib.device().name());

@@ -6,7 +6,9 @@
 //! the two is defined once, in `interface.rs`, and described in
 //! `Documentation/infiniband/ferrdma/programming-manual.rst`.
 
+mod abi;
 mod driver;
+mod id_alloc;
 mod ibdev;
 // Shared with the device model, which uses every item: here only a part is reachable.
 #[allow(unreachable_pub)]

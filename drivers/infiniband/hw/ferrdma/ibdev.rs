@@ -3,18 +3,86 @@
 //! The RDMA device: an `ib_device` named `ferrdma%d` with one RoCEv2 port, speaking the irdma
 //! user ABI so that stock libirdma drives it.
 
+use crate::{
+    abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
+    id_alloc::IdBitmap,
+    interface as hw,
+};
 use kernel::{
-    infiniband::{self, DeviceAttr, DriverId, Mtu, RocePort},
+    infiniband::{self, DeviceAttr, DriverId, IoMmap, Mtu, RocePort, UContextInit, UData},
+    new_spinlock,
     prelude::*,
+    sync::SpinLock,
 };
 
 /// The RDMA side of the ferrdma driver.
 pub(crate) struct FerrdmaIb;
 
 /// What the ib_device callbacks need to know about the function.
+#[pin_data]
 pub(crate) struct IbData {
     /// The port MAC, as the device reports it.
-    pub(crate) mac: [u8; 6],
+    mac: [u8; 6],
+    /// Bus address of the doorbell BAR, if the function has one.
+    doorbells: Option<u64>,
+    #[pin]
+    ids: SpinLock<Ids>,
+}
+
+/// Ids handed out to user contexts and PDs.
+struct Ids {
+    /// Doorbell pages, one per user context.
+    db_pages: IdBitmap<{ hw::DB_PAGES as usize / 64 }>,
+    /// Protection domain numbers; 0 is never used.
+    pds: IdBitmap<{ MAX_PD as usize / 64 }>,
+}
+
+/// Protection domains per function.
+const MAX_PD: u32 = 1 << 16;
+
+impl IbData {
+    /// The data of a function with port MAC `mac` and the doorbell BAR at `doorbells`.
+    pub(crate) fn new(mac: [u8; 6], doorbells: Option<u64>) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            mac,
+            doorbells,
+            ids <- new_spinlock!(Ids { db_pages: IdBitmap::new(), pds: IdBitmap::new() }),
+        }? Error)
+    }
+}
+
+/// A user context: it owns one doorbell page, mapped into its process.
+pub(crate) struct UContext {
+    db_page: u32,
+    db: IoMmap,
+}
+
+/// A protection domain.
+pub(crate) struct Pd {
+    id: u32,
+}
+
+/// The user context response for the limits of this device.
+fn ucontext_resp(db_mmap_key: u64) -> AllocUcontextResp {
+    AllocUcontextResp {
+        max_pds: MAX_PD,
+        max_qps: 4096,
+        wq_size: 8192,
+        kernel_ver: abi::IRDMA_ABI_VER as u8,
+        feature_flags: 0,
+        db_mmap_key,
+        max_hw_wq_frags: 13,
+        max_hw_read_sges: 13,
+        max_hw_inline: 101,
+        max_hw_rq_quanta: 32768,
+        max_hw_wq_quanta: 32768,
+        min_hw_cq_size: 1,
+        max_hw_cq_size: 1_048_575,
+        max_hw_sq_chunk: 8,
+        hw_rev: abi::HW_REV_GEN_2,
+        comp_mask: abi::ALLOC_UCTX_USE_RAW_ATTR | abi::ALLOC_UCTX_MIN_HW_WQ_SIZE,
+        min_hw_wq_size: 8,
+    }
 }
 
 /// GID table entries of the port.
@@ -42,6 +110,8 @@ impl kernel::fmt::Display for MacFmt {
 #[vtable]
 impl infiniband::Driver for FerrdmaIb {
     type RegistrationData<'a> = IbData;
+    type UContext = UContext;
+    type Pd = Pd;
 
     const DRIVER_ID: DriverId = DriverId::Irdma;
     // The irdma user ABI version libirdma accepts (0..=5).
@@ -63,7 +133,7 @@ impl infiniband::Driver for FerrdmaIb {
             max_cq: 4096,
             max_cqe: 1 << 20,
             max_mr: 1 << 16,
-            max_pd: 1 << 16,
+            max_pd: MAX_PD,
             max_qp_rd_atom: 16,
             max_qp_init_rd_atom: 16,
             max_res_rd_atom: 16 * 4096,
@@ -72,6 +142,57 @@ impl infiniband::Driver for FerrdmaIb {
             local_ca_ack_delay: 16,
             ..DeviceAttr::default()
         }
+    }
+
+    fn alloc_ucontext(data: &IbData, ctx: &UContextInit<'_>, udata: &mut UData<'_>) -> Result<UContext> {
+        let mut req = [0u8; AllocUcontextReq::SIZE];
+        udata.read_in(&mut req)?;
+        let req = AllocUcontextReq::decode(&req);
+        // libirdma sends 5 and retries with 4; unknown comp_mask bits are ignored on purpose
+        // (the retry repeats them, so refusing would lock out newer libraries).
+        if !(4..=5).contains(&req.userspace_ver) {
+            return Err(EINVAL);
+        }
+        // 16 bytes of response is the legacy i40iw library, which cannot drive GEN_2 queues.
+        if udata.outlen() < 64 {
+            return Err(EOPNOTSUPP);
+        }
+        let doorbells = data.doorbells.ok_or(EOPNOTSUPP)?;
+        let db_page = data.ids.lock().db_pages.alloc(0).ok_or(ENOMEM)?;
+        let mapped = ctx
+            .insert_io_mmap(doorbells + u64::from(db_page) * hw::DB_PAGE_SIZE as u64, hw::DB_PAGE_SIZE)
+            .and_then(|db| {
+                udata.respond(&ucontext_resp(db.offset()).encode())?;
+                Ok(db)
+            });
+        match mapped {
+            Ok(db) => Ok(UContext { db_page, db }),
+            Err(e) => {
+                data.ids.lock().db_pages.free(db_page);
+                Err(e)
+            }
+        }
+    }
+
+    fn dealloc_ucontext(data: &IbData, ctx: UContext) {
+        let UContext { db_page, db } = ctx;
+        drop(db);
+        data.ids.lock().db_pages.free(db_page);
+    }
+
+    fn alloc_pd(data: &IbData, udata: Option<&mut UData<'_>>) -> Result<Pd> {
+        let id = data.ids.lock().pds.alloc(1).ok_or(ENOMEM)?;
+        if let Some(u) = udata {
+            if let Err(e) = u.respond(&AllocPdResp { pd_id: id }.encode()) {
+                data.ids.lock().pds.free(id);
+                return Err(e);
+            }
+        }
+        Ok(Pd { id })
+    }
+
+    fn dealloc_pd(data: &IbData, pd: Pd) {
+        data.ids.lock().pds.free(pd.id);
     }
 
     fn query_port(_data: &IbData, _port: u32) -> RocePort {

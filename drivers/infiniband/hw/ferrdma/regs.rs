@@ -30,6 +30,12 @@ register! {
         31:0 count;
     }
 
+    /// What the function implements beyond interface 1.0.
+    pub(crate) FEATURES(u32) @ 0x010 {
+        1:1 doorbell_bar => bool;
+        0:0 rdma => bool;
+    }
+
     /// Bytes 0..3 of the port MAC.
     pub(crate) MAC_LO(u32) @ 0x018 {
         31:0 value;
@@ -87,6 +93,8 @@ const _: () = {
     assert!(<VERSION as Register>::OFFSET == hw::REG_VERSION);
     assert!(<SCRATCH as Register>::OFFSET == hw::REG_SCRATCH);
     assert!(<MSIX_COUNT as Register>::OFFSET == hw::REG_MSIX_COUNT);
+    assert!(<FEATURES as Register>::OFFSET == hw::REG_FEATURES);
+    assert!(1 << 1 == hw::FEATURE_DOORBELL_BAR && 1 << 0 == hw::FEATURE_RDMA);
     assert!(<MAC_LO as Register>::OFFSET == hw::REG_MAC_LO);
     assert!(<MAC_HI as Register>::OFFSET == hw::REG_MAC_HI);
     assert!(<TEST_IRQ as Register>::OFFSET == hw::REG_TEST_IRQ);

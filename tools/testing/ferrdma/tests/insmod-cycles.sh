@@ -18,39 +18,7 @@
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
 CYCLES=${1:-20}
-kml=/sys/kernel/debug/kmemleak
-[ -e "$kml" ] || fail "$kml is missing: the kernel needs CONFIG_DEBUG_KMEMLEAK (and debugfs)"
-
-# scan: runs kmemleak scans with their log line marked as expected.
-scan() {
-	echo "ferrdma-test: expected splat begin kmemleak" > /dev/kmsg
-	echo scan > "$kml"
-	echo "ferrdma-test: expected splat end" > /dev/kmsg
-}
-
-# Prints the report's suspects (blank-line separated blocks) that are not boot-path objects.
-attributable() {
-	awk '
-		function flush() {
-			if (block != "" && (block ~ /ferrdma/ || block !~ /(start_kernel|kernel_init)/))
-				printf "%s\n", block
-			block = ""
-		}
-		/^unreferenced object/ { flush() }
-		{ block = block $0 "\n" }
-		END { flush() }
-	' "$@"
-}
-
-note "kmemleak: clearing the suspects found before the cycles"
-scan
-sleep 1
-scan
-if [ -s "$kml" ]; then
-	note "suspects before the cycles (ignored):"
-	head -60 "$kml"
-fi
-echo clear > "$kml"
+kmemleak_clear
 
 for ((i = 1; i <= CYCLES; i++)); do
 	load_ferrdma
@@ -60,19 +28,4 @@ done
 note "$CYCLES insmod/rmmod cycles done"
 [ "$(probe_lines | wc -l)" = "$CYCLES" ] || fail "expected $CYCLES probe lines, got $(probe_lines | wc -l)"
 
-sleep 6
-scan
-sleep 2
-scan
-cat "$kml" > /tmp/kmemleak
-suspects=$(grep -c '^unreferenced object' /tmp/kmemleak || true)
-bad=$(attributable /tmp/kmemleak)
-if [ -n "$bad" ]; then
-	echo "$bad" | head -150
-	fail "kmemleak: $(echo "$bad" | grep -c '^unreferenced object') suspected leak(s) after $CYCLES cycles (of $suspects suspects in all)"
-fi
-if [ "$suspects" != 0 ]; then
-	note "kmemleak: $suspects boot-path suspect(s), ignored:"
-	cat /tmp/kmemleak
-fi
-note "kmemleak: no leaks from the cycles"
+kmemleak_check "$CYCLES insmod/rmmod cycles"

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The irdma user ABI (`include/uapi/rdma/irdma-abi.h`, ABI version 5) that stock libirdma
+//! speaks, encoded by hand at the documented byte offsets.
+
+use kernel::prelude::*;
+
+/// irdma user ABI version.
+pub(crate) const IRDMA_ABI_VER: u32 = 5;
+/// `hw_rev` we report: GEN_2, the generation rdma-core 56 and 65 handle alike.
+pub(crate) const HW_REV_GEN_2: u8 = 2;
+/// `irdma_alloc_ucontext_resp.comp_mask`: the caps in create_qp are the application's raw ones.
+pub(crate) const ALLOC_UCTX_USE_RAW_ATTR: u64 = 1 << 0;
+/// `irdma_alloc_ucontext_resp.comp_mask`: `min_hw_wq_size` is valid.
+pub(crate) const ALLOC_UCTX_MIN_HW_WQ_SIZE: u64 = 1 << 1;
+
+/// `struct irdma_alloc_ucontext_req` (16 bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AllocUcontextReq {
+    pub(crate) userspace_ver: u8,
+    pub(crate) comp_mask: u64,
+}
+
+impl AllocUcontextReq {
+    pub(crate) const SIZE: usize = 16;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        let mut mask = [0u8; 8];
+        mask.copy_from_slice(&b[8..16]);
+        Self {
+            userspace_ver: b[4],
+            comp_mask: u64::from_le_bytes(mask),
+        }
+    }
+}
+
+/// `struct irdma_alloc_ucontext_resp` (80 bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AllocUcontextResp {
+    pub(crate) max_pds: u32,
+    pub(crate) max_qps: u32,
+    pub(crate) wq_size: u32,
+    pub(crate) kernel_ver: u8,
+    pub(crate) feature_flags: u64,
+    pub(crate) db_mmap_key: u64,
+    pub(crate) max_hw_wq_frags: u32,
+    pub(crate) max_hw_read_sges: u32,
+    pub(crate) max_hw_inline: u32,
+    pub(crate) max_hw_rq_quanta: u32,
+    pub(crate) max_hw_wq_quanta: u32,
+    pub(crate) min_hw_cq_size: u32,
+    pub(crate) max_hw_cq_size: u32,
+    pub(crate) max_hw_sq_chunk: u16,
+    pub(crate) hw_rev: u8,
+    pub(crate) comp_mask: u64,
+    pub(crate) min_hw_wq_size: u16,
+}
+
+impl AllocUcontextResp {
+    pub(crate) const SIZE: usize = 80;
+
+    pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&self.max_pds.to_le_bytes());
+        b[4..8].copy_from_slice(&self.max_qps.to_le_bytes());
+        b[8..12].copy_from_slice(&self.wq_size.to_le_bytes());
+        b[12] = self.kernel_ver;
+        b[16..24].copy_from_slice(&self.feature_flags.to_le_bytes());
+        b[24..32].copy_from_slice(&self.db_mmap_key.to_le_bytes());
+        b[32..36].copy_from_slice(&self.max_hw_wq_frags.to_le_bytes());
+        b[36..40].copy_from_slice(&self.max_hw_read_sges.to_le_bytes());
+        b[40..44].copy_from_slice(&self.max_hw_inline.to_le_bytes());
+        b[44..48].copy_from_slice(&self.max_hw_rq_quanta.to_le_bytes());
+        b[48..52].copy_from_slice(&self.max_hw_wq_quanta.to_le_bytes());
+        b[52..56].copy_from_slice(&self.min_hw_cq_size.to_le_bytes());
+        b[56..60].copy_from_slice(&self.max_hw_cq_size.to_le_bytes());
+        b[60..62].copy_from_slice(&self.max_hw_sq_chunk.to_le_bytes());
+        b[62] = self.hw_rev;
+        b[64..72].copy_from_slice(&self.comp_mask.to_le_bytes());
+        b[72..74].copy_from_slice(&self.min_hw_wq_size.to_le_bytes());
+        b
+    }
+}
+
+/// `struct irdma_alloc_pd_resp` (8 bytes).
+pub(crate) struct AllocPdResp {
+    pub(crate) pd_id: u32,
+}
+
+impl AllocPdResp {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&self.pd_id.to_le_bytes());
+        b
+    }
+}
+
+#[kunit_tests(ferrdma_abi)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ucontext_request_fields_at_their_offsets() {
+        let mut b = [0u8; AllocUcontextReq::SIZE];
+        b[4] = 5;
+        b[8] = 9;
+        b[15] = 0x80;
+        let r = AllocUcontextReq::decode(&b);
+        assert_eq!(r.userspace_ver, 5);
+        assert_eq!(r.comp_mask, 0x8000_0000_0000_0009);
+    }
+
+    #[test]
+    fn ucontext_response_fields_at_their_offsets() {
+        let r = AllocUcontextResp {
+            max_pds: 0x11,
+            max_qps: 0x22,
+            wq_size: 0x33,
+            kernel_ver: 5,
+            feature_flags: 0x0102,
+            db_mmap_key: 0x1234_5000,
+            max_hw_wq_frags: 13,
+            max_hw_read_sges: 13,
+            max_hw_inline: 101,
+            max_hw_rq_quanta: 32768,
+            max_hw_wq_quanta: 32768,
+            min_hw_cq_size: 1,
+            max_hw_cq_size: 1_048_575,
+            max_hw_sq_chunk: 8,
+            hw_rev: HW_REV_GEN_2,
+            comp_mask: ALLOC_UCTX_USE_RAW_ATTR | ALLOC_UCTX_MIN_HW_WQ_SIZE,
+            min_hw_wq_size: 8,
+        };
+        let b = r.encode();
+        assert_eq!(b[0], 0x11);
+        assert_eq!(b[4], 0x22);
+        assert_eq!(b[8], 0x33);
+        assert_eq!(b[12], 5);
+        assert_eq!((b[16], b[17]), (0x02, 0x01));
+        assert_eq!(&b[24..28], &[0x00, 0x50, 0x34, 0x12]);
+        assert_eq!(b[32], 13);
+        assert_eq!(b[36], 13);
+        assert_eq!(b[40], 101);
+        assert_eq!((b[44], b[45]), (0x00, 0x80));
+        assert_eq!((b[48], b[49]), (0x00, 0x80));
+        assert_eq!(b[52], 1);
+        assert_eq!(&b[56..60], &[0xff, 0xff, 0x0f, 0x00]);
+        assert_eq!(b[60], 8);
+        assert_eq!(b[62], 2);
+        assert_eq!(b[64], 3);
+        assert_eq!(b[72], 8);
+        assert!(b[74..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn pd_response_carries_the_id_first() {
+        assert_eq!(AllocPdResp { pd_id: 0x0102_0304 }.encode(), [4, 3, 2, 1, 0, 0, 0, 0]);
+    }
+}

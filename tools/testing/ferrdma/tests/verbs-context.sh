@@ -1,0 +1,46 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=300
+#
+# Stock libibverbs + libirdma open ferrdma0: the driver's irdma ABI (driver id, ABI 5, the
+# GEN_2 ucontext response), the doorbell page mmap of BAR2 and the PD libirdma allocates at
+# open all work. Checks:
+#   * ibv_devices lists ferrdma0 with its node GUID;
+#   * ibv_devinfo -v opens it (alloc_ucontext, mmap, alloc_pd) and reports hw_ver 0x2, 13 SGEs,
+#     port 1 PORT_ACTIVE on link layer Ethernet with its RoCE v2 GIDs;
+#   * 100 open/close cycles (ibv_devinfo) leave no context or PD behind (rdma res) and no
+#     kmemleak report: ucontexts, PDs, doorbell pages and mmap entries are all released.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+need_nic
+
+kmemleak_clear
+load_ferrdma
+wait_probe 1 >/dev/null
+
+guid=$(cat /sys/class/infiniband/ferrdma0/node_guid | tr -d :)
+ibv_devices | tee /tmp/devices
+grep -Eq "^\s+ferrdma0\s+$guid\s*$" /tmp/devices || fail "ibv_devices does not list ferrdma0 with GUID $guid"
+
+ibv_devinfo -v -d ferrdma0 > /tmp/devinfo || { cat /tmp/devinfo; fail "ibv_devinfo -v -d ferrdma0 failed"; }
+field() { awk -F: -v k="$1" '$1 ~ "^[ \t]*"k"$" { gsub(/^[ \t]+/, "", $2); print $2; exit }' /tmp/devinfo; }
+[ "$(field hca_id)" = ferrdma0 ] || fail "hca_id '$(field hca_id)'"
+[ "$(field hw_ver)" = 0x2 ] || fail "hw_ver '$(field hw_ver)'"
+[ "$(field max_sge)" = 13 ] || fail "max_sge '$(field max_sge)'"
+grep -Eq "state:\s+PORT_ACTIVE \(4\)" /tmp/devinfo || fail "port 1 is not PORT_ACTIVE"
+grep -Eq "link_layer:\s+Ethernet" /tmp/devinfo || fail "link layer is not Ethernet"
+grep -Eq "GID\[\s*[0-9]+\]:\s+::ffff:$FERRDMA_IP, RoCE v2" /tmp/devinfo \
+	|| fail "no RoCE v2 GID for $FERRDMA_IP in ibv_devinfo -v"
+note "ibv_devinfo -v: $(grep -E 'state:|active_mtu|GID\[' /tmp/devinfo | tr -s ' \t' ' ' | paste -sd';')"
+
+note "100 open/close cycles"
+for i in $(seq 100); do
+	ibv_devinfo -d ferrdma0 > /dev/null || fail "ibv_devinfo failed in cycle $i"
+done
+res=$(rdma res show ferrdma0)
+note "rdma res: $res"
+echo "$res" | grep -q " pd 0 " || fail "PDs left behind: $res"
+echo "$res" | grep -q " ctx 0 " || fail "contexts left behind: $res"
+
+unload_ferrdma
+kmemleak_check "100 open/close cycles and rmmod"
+note "verbs-context test passed"
