@@ -3,6 +3,7 @@
 //! The PCI driver: probe brings the function up and proves it works, remove undoes it all.
 
 use crate::{
+    admin::AdminQueue,
     ibdev::{self, FerrdmaIb, IbData, MacFmt},
     interface as hw,
     regs,
@@ -21,13 +22,15 @@ pub(crate) struct FerrdmaDriver;
 
 /// Per-function state.
 ///
-/// Fields are dropped in declaration order, which is the teardown order: the RDMA device is
-/// unregistered first, then interrupt vectors are freed, then the BAR is unmapped.
+/// `Drop` first resets the RDMA engine, so the device stops using host memory; then the
+/// fields are dropped in declaration order, which is the teardown order: the RDMA device is
+/// unregistered, the admin rings freed, interrupt vectors freed, the BAR unmapped.
 pub(crate) struct FerrdmaData<'bound> {
-    _ib: Registration<'bound, FerrdmaIb>,
+    _ib: Option<Registration<'bound, FerrdmaIb>>,
     pdev: &'bound pci::Device,
+    admin: Option<AdminQueue>,
     _vectors: pci::IrqVectorRegistration<'bound>,
-    _bar: Bar0<'bound>,
+    bar: Bar0<'bound>,
 }
 
 kernel::pci_device_table!(
@@ -106,6 +109,35 @@ impl pci::Driver for FerrdmaDriver {
             MacFmt(mac)
         );
 
+        // Interface 2.0: the RDMA engine. A 1.x function only passes the self tests.
+        if !bar.read(regs::FEATURES).rdma() {
+            dev_warn!(pdev, "no RDMA engine (interface 1.x device): not registering\n");
+            return Ok(FerrdmaData {
+                _ib: None,
+                pdev,
+                admin: None,
+                _vectors: vectors,
+                bar,
+            });
+        }
+        let mut admin = AdminQueue::new(pdev.as_ref(), &bar)?;
+        let caps = admin.query_caps(&bar)?;
+        if caps.hw_rev != hw::HW_REV_GEN_2 {
+            dev_err!(pdev, "device data path is hw_rev {}, not GEN_2\n", caps.hw_rev);
+            return Err(ENODEV);
+        }
+        dev_info!(
+            pdev,
+            "admin queue up: fw {}.{}, {} QPs, {} CQs, {} MRs, {} PDs, {} GIDs\n",
+            caps.fw_ver >> 32,
+            caps.fw_ver & 0xffff,
+            caps.max_qp,
+            caps.max_cq,
+            caps.max_mr,
+            caps.max_pd,
+            caps.max_gid
+        );
+
         // The doorbell BAR is what user contexts map; without it there are no user verbs.
         let doorbells = if bar.read(regs::FEATURES).doorbell_bar()
             && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
@@ -129,22 +161,27 @@ impl pci::Driver for FerrdmaDriver {
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
-                IbData::new(mac, doorbells),
+                IbData::new(mac, doorbells, caps),
             )
         }?;
         dev_info!(pdev, "registered {}\n", ib.device().name());
 
         Ok(FerrdmaData {
-            _ib: ib,
+            _ib: Some(ib),
             pdev,
+            admin: Some(admin),
             _vectors: vectors,
-            _bar: bar,
+            bar,
         })
     }
 }
 
 impl Drop for FerrdmaData<'_> {
     fn drop(&mut self) {
+        if self.admin.is_some() {
+            self.bar
+                .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
+        }
         dev_info!(self.pdev, "removed\n");
     }
 }

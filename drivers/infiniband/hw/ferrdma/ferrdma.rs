@@ -7,6 +7,7 @@
 //! `Documentation/infiniband/ferrdma/programming-manual.rst`.
 
 mod abi;
+mod admin;
 mod driver;
 mod id_alloc;
 mod ibdev;

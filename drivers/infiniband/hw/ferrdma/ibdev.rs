@@ -25,6 +25,8 @@ pub(crate) struct IbData {
     mac: [u8; 6],
     /// Bus address of the doorbell BAR, if the function has one.
     doorbells: Option<u64>,
+    /// The device's limits (QUERY_CAPS).
+    caps: hw::Caps,
     #[pin]
     ids: SpinLock<Ids>,
 }
@@ -42,10 +44,11 @@ const MAX_PD: u32 = 1 << 16;
 
 impl IbData {
     /// The data of a function with port MAC `mac` and the doorbell BAR at `doorbells`.
-    pub(crate) fn new(mac: [u8; 6], doorbells: Option<u64>) -> impl PinInit<Self, Error> {
+    pub(crate) fn new(mac: [u8; 6], doorbells: Option<u64>, caps: hw::Caps) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             mac,
             doorbells,
+            caps,
             ids <- new_spinlock!(Ids { db_pages: IdBitmap::new(), pds: IdBitmap::new() }),
         }? Error)
     }
@@ -62,31 +65,28 @@ pub(crate) struct Pd {
     id: u32,
 }
 
-/// The user context response for the limits of this device.
-fn ucontext_resp(db_mmap_key: u64) -> AllocUcontextResp {
+/// The user context response for a device with limits `caps`.
+fn ucontext_resp(caps: &hw::Caps, db_mmap_key: u64) -> AllocUcontextResp {
     AllocUcontextResp {
-        max_pds: MAX_PD,
-        max_qps: 4096,
-        wq_size: 8192,
+        max_pds: caps.max_pd.min(MAX_PD),
+        max_qps: caps.max_qp,
+        wq_size: caps.max_sq_quanta,
         kernel_ver: abi::IRDMA_ABI_VER as u8,
         feature_flags: 0,
         db_mmap_key,
-        max_hw_wq_frags: 13,
-        max_hw_read_sges: 13,
-        max_hw_inline: 101,
-        max_hw_rq_quanta: 32768,
-        max_hw_wq_quanta: 32768,
+        max_hw_wq_frags: caps.max_sge.into(),
+        max_hw_read_sges: caps.max_read_sge.into(),
+        max_hw_inline: caps.max_inline.into(),
+        max_hw_rq_quanta: caps.max_rq_quanta,
+        max_hw_wq_quanta: caps.max_sq_quanta,
         min_hw_cq_size: 1,
-        max_hw_cq_size: 1_048_575,
-        max_hw_sq_chunk: 8,
-        hw_rev: abi::HW_REV_GEN_2,
+        max_hw_cq_size: caps.max_cq_entries,
+        max_hw_sq_chunk: caps.sq_chunk_quanta.into(),
+        hw_rev: caps.hw_rev,
         comp_mask: abi::ALLOC_UCTX_USE_RAW_ATTR | abi::ALLOC_UCTX_MIN_HW_WQ_SIZE,
-        min_hw_wq_size: 8,
+        min_hw_wq_size: caps.min_wq_quanta,
     }
 }
-
-/// GID table entries of the port.
-const GID_TABLE_LEN: u32 = 32;
 
 /// The node GUID of a function: the modified EUI-64 of its MAC, as RoCE devices do.
 pub(crate) const fn node_guid(mac: [u8; 6]) -> u64 {
@@ -118,26 +118,30 @@ impl infiniband::Driver for FerrdmaIb {
     const UVERBS_ABI_VER: u32 = 5;
 
     fn query_device(data: &IbData) -> DeviceAttr {
+        let c = &data.caps;
         DeviceAttr {
+            fw_ver: c.fw_ver,
             sys_image_guid: node_guid(data.mac),
-            max_mr_size: 1 << 40,
-            page_size_cap: (1 << 12) | (1 << 21) | (1 << 30),
+            max_mr_size: c.max_mr_size,
+            page_size_cap: c.page_size_cap,
             vendor_id: u32::from(crate::interface::PCI_VENDOR_ID),
             vendor_part_id: u32::from(crate::interface::PCI_DEVICE_ID),
-            hw_ver: 2,
-            max_qp: 4096,
-            max_qp_wr: 4096,
-            max_send_sge: 13,
-            max_recv_sge: 13,
-            max_sge_rd: 13,
-            max_cq: 4096,
-            max_cqe: 1 << 20,
-            max_mr: 1 << 16,
-            max_pd: MAX_PD,
-            max_qp_rd_atom: 16,
-            max_qp_init_rd_atom: 16,
-            max_res_rd_atom: 16 * 4096,
-            max_ah: 1 << 16,
+            hw_ver: c.hw_rev.into(),
+            max_qp: c.max_qp,
+            // A WQE of the largest SGE count takes 8 quanta (GEN_2: 32-byte quanta, 2 SGEs
+            // per quantum after the first), so this many WRs always fit.
+            max_qp_wr: c.max_sq_quanta / 8,
+            max_send_sge: c.max_sge.into(),
+            max_recv_sge: c.max_sge.into(),
+            max_sge_rd: c.max_read_sge.into(),
+            max_cq: c.max_cq,
+            max_cqe: c.max_cq_entries,
+            max_mr: c.max_mr,
+            max_pd: c.max_pd.min(MAX_PD),
+            max_qp_rd_atom: c.max_rd_atomic.into(),
+            max_qp_init_rd_atom: c.max_rd_atomic.into(),
+            max_res_rd_atom: u32::from(c.max_rd_atomic) * c.max_qp,
+            max_ah: c.max_ah,
             max_pkeys: 1,
             local_ca_ack_delay: 16,
             ..DeviceAttr::default()
@@ -158,11 +162,12 @@ impl infiniband::Driver for FerrdmaIb {
             return Err(EOPNOTSUPP);
         }
         let doorbells = data.doorbells.ok_or(EOPNOTSUPP)?;
-        let db_page = data.ids.lock().db_pages.alloc(0).ok_or(ENOMEM)?;
+        // Page 0 is the kernel's own (manual, "Doorbell BAR").
+        let db_page = data.ids.lock().db_pages.alloc(1).ok_or(ENOMEM)?;
         let mapped = ctx
             .insert_io_mmap(doorbells + u64::from(db_page) * hw::DB_PAGE_SIZE as u64, hw::DB_PAGE_SIZE)
             .and_then(|db| {
-                udata.respond(&ucontext_resp(db.offset()).encode())?;
+                udata.respond(&ucontext_resp(&data.caps, db.offset()).encode())?;
                 Ok(db)
             });
         match mapped {
@@ -195,11 +200,11 @@ impl infiniband::Driver for FerrdmaIb {
         data.ids.lock().pds.free(pd.id);
     }
 
-    fn query_port(_data: &IbData, _port: u32) -> RocePort {
+    fn query_port(data: &IbData, _port: u32) -> RocePort {
         RocePort {
-            gid_tbl_len: GID_TABLE_LEN,
+            gid_tbl_len: data.caps.max_gid,
             max_mtu: Mtu::Mtu4096,
-            max_msg_sz: 1 << 31,
+            max_msg_sz: data.caps.max_msg_size,
         }
     }
 }

@@ -85,6 +85,56 @@ register! {
     pub(crate) TEST_DMA_CTRL(u32) @ 0x120 {
         31:0 command;
     }
+
+    /// Resets the RDMA engine.
+    pub(crate) DEV_CTRL(u32) @ 0x200 {
+        31:0 command;
+    }
+
+    /// RDMA engine status.
+    pub(crate) DEV_STATUS(u32) @ 0x204 {
+        31:0 value;
+    }
+
+    /// Admin command ring bus address, low word.
+    pub(crate) AQ_BASE_LO(u32) @ 0x210 {
+        31:0 value;
+    }
+
+    /// Admin command ring bus address, high word.
+    pub(crate) AQ_BASE_HI(u32) @ 0x214 {
+        31:0 value;
+    }
+
+    /// Admin completion ring bus address, low word.
+    pub(crate) ACQ_BASE_LO(u32) @ 0x218 {
+        31:0 value;
+    }
+
+    /// Admin completion ring bus address, high word.
+    pub(crate) ACQ_BASE_HI(u32) @ 0x21c {
+        31:0 value;
+    }
+
+    /// Entries in each admin ring.
+    pub(crate) AQ_SIZE(u32) @ 0x220 {
+        31:0 entries;
+    }
+
+    /// Admin queue control.
+    pub(crate) AQ_CTRL(u32) @ 0x224 {
+        31:0 value;
+    }
+
+    /// Admin producer index (the admin doorbell).
+    pub(crate) AQ_TAIL(u32) @ 0x228 {
+        31:0 value;
+    }
+
+    /// Admin queue status.
+    pub(crate) AQ_STATUS(u32) @ 0x230 {
+        31:0 value;
+    }
 }
 
 // The literal offsets above must match the shared interface definition.
@@ -105,4 +155,14 @@ const _: () = {
     assert!(<TEST_DMA_DST_LO as Register>::OFFSET == hw::REG_TEST_DMA_DST);
     assert!(<TEST_DMA_DST_HI as Register>::OFFSET == hw::REG_TEST_DMA_DST + 4);
     assert!(<TEST_DMA_CTRL as Register>::OFFSET == hw::REG_TEST_DMA_CTRL);
+    assert!(<DEV_CTRL as Register>::OFFSET == hw::REG_DEV_CTRL);
+    assert!(<DEV_STATUS as Register>::OFFSET == hw::REG_DEV_STATUS);
+    assert!(<AQ_BASE_LO as Register>::OFFSET == hw::REG_AQ_BASE);
+    assert!(<AQ_BASE_HI as Register>::OFFSET == hw::REG_AQ_BASE + 4);
+    assert!(<ACQ_BASE_LO as Register>::OFFSET == hw::REG_ACQ_BASE);
+    assert!(<ACQ_BASE_HI as Register>::OFFSET == hw::REG_ACQ_BASE + 4);
+    assert!(<AQ_SIZE as Register>::OFFSET == hw::REG_AQ_SIZE);
+    assert!(<AQ_CTRL as Register>::OFFSET == hw::REG_AQ_CTRL);
+    assert!(<AQ_TAIL as Register>::OFFSET == hw::REG_AQ_TAIL);
+    assert!(<AQ_STATUS as Register>::OFFSET == hw::REG_AQ_STATUS);
 };

@@ -7,6 +7,7 @@
 # open all work. Checks:
 #   * ibv_devices lists ferrdma0 with its node GUID;
 #   * ibv_devinfo -v opens it (alloc_ucontext, mmap, alloc_pd) and reports hw_ver 0x2, 13 SGEs,
+#     the QP/CQ/MR limits and firmware version the device gave the driver via QUERY_CAPS,
 #     port 1 PORT_ACTIVE on link layer Ethernet with its RoCE v2 GIDs;
 #   * 100 open/close cycles (ibv_devinfo) leave no context or PD behind (rdma res) and no
 #     kmemleak report: ucontexts, PDs, doorbell pages and mmap entries are all released.
@@ -26,6 +27,14 @@ field() { awk -F: -v k="$1" '$1 ~ "^[ \t]*"k"$" { gsub(/^[ \t]+/, "", $2); print
 [ "$(field hca_id)" = ferrdma0 ] || fail "hca_id '$(field hca_id)'"
 [ "$(field hw_ver)" = 0x2 ] || fail "hw_ver '$(field hw_ver)'"
 [ "$(field max_sge)" = 13 ] || fail "max_sge '$(field max_sge)'"
+# The limits come from the device, through the admin queue (QUERY_CAPS).
+caps=$(dmesg | grep -Eo 'admin queue up: fw [0-9]+\.[0-9]+, [0-9]+ QPs, [0-9]+ CQs, [0-9]+ MRs' | tail -1)
+[ -n "$caps" ] || fail "no 'admin queue up' line in dmesg"
+read -r qps cqs mrs < <(sed -E 's/.*, ([0-9]+) QPs, ([0-9]+) CQs, ([0-9]+) MRs/\1 \2 \3/' <<<"$caps")
+[ "$(field max_qp)" = "$qps" ] || fail "max_qp '$(field max_qp)', the device reports $qps"
+[ "$(field max_cq)" = "$cqs" ] || fail "max_cq '$(field max_cq)', the device reports $cqs"
+[ "$(field max_mr)" = "$mrs" ] || fail "max_mr '$(field max_mr)', the device reports $mrs"
+[ "$(field fw_ver)" = "$(sed -E 's/.*fw ([0-9.]+),.*/\1/' <<<"$caps")" ] || fail "fw_ver '$(field fw_ver)' vs '$caps'"
 grep -Eq "state:\s+PORT_ACTIVE \(4\)" /tmp/devinfo || fail "port 1 is not PORT_ACTIVE"
 grep -Eq "link_layer:\s+Ethernet" /tmp/devinfo || fail "link layer is not Ethernet"
 grep -Eq "GID\[\s*[0-9]+\]:\s+::ffff:$FERRDMA_IP, RoCE v2" /tmp/devinfo \
