@@ -168,6 +168,11 @@ impl<'a, T: Driver> Registration<'a, T> {
         })
     }
 
+    /// The registration data.
+    pub fn data(&self) -> &T::RegistrationData<'a> {
+        &self._data
+    }
+
     /// The registered device.
     pub fn device(&self) -> &Device<T> {
         // SAFETY: The device lives until `self` is dropped.
@@ -419,11 +424,13 @@ impl<T: Driver> VTable<T> {
         _context: *mut *mut core::ffi::c_void,
     ) -> c_int {
         from_result(|| {
-            // SAFETY: `attr` and its device are valid (callback contract).
-            let (dev, port, index) =
-                unsafe { (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index) };
+            // SAFETY: `attr` and its device are valid (callback contract); every bit pattern
+            // of the GID union is a valid byte array.
+            let (dev, port, index, gid) = unsafe {
+                (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index, (*attr).gid.raw)
+            };
             // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::add_gid(d, port, index.into())) }?;
+            unsafe { dev.with_data(|d| T::add_gid(d, port, index.into(), &gid)) }?;
             Ok(0)
         })
     }

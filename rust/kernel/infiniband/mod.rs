@@ -81,8 +81,9 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// Destroys a protection domain (`dealloc_pd`).
     fn dealloc_pd(_data: &Self::RegistrationData<'_>, _pd: Self::Pd) {}
 
-    /// A GID was added to the port's GID table at `index` (`add_gid`).
-    fn add_gid(_data: &Self::RegistrationData<'_>, _port: u32, _index: u32) -> Result {
+    /// `gid` was added to the port's GID table at `index` (`add_gid`); it replaces whatever was
+    /// there. Runs in process context.
+    fn add_gid(_data: &Self::RegistrationData<'_>, _port: u32, _index: u32, _gid: &[u8; 16]) -> Result {
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 
 use crate::{
     admin::AdminQueue,
-    ibdev::{self, FerrdmaIb, IbData, MacFmt},
+    ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
     interface as hw,
     regs,
     selftest::{self, Bar0, Version},
@@ -20,17 +20,11 @@ use kernel::{
 /// The ferrdma PCI driver.
 pub(crate) struct FerrdmaDriver;
 
-/// Per-function state.
-///
-/// `Drop` first resets the RDMA engine, so the device stops using host memory; then the
-/// fields are dropped in declaration order, which is the teardown order: the RDMA device is
-/// unregistered, the admin rings freed, interrupt vectors freed, the BAR unmapped.
+/// Per-function state: the registered RDMA device, which owns the function's resources (see
+/// [`IbData`]). Unregistering it is the first step of teardown.
 pub(crate) struct FerrdmaData<'bound> {
-    _ib: Option<Registration<'bound, FerrdmaIb>>,
+    _ib: Registration<'bound, FerrdmaIb>,
     pdev: &'bound pci::Device,
-    admin: Option<AdminQueue>,
-    _vectors: pci::IrqVectorRegistration<'bound>,
-    bar: Bar0<'bound>,
 }
 
 kernel::pci_device_table!(
@@ -109,16 +103,10 @@ impl pci::Driver for FerrdmaDriver {
             MacFmt(mac)
         );
 
-        // Interface 2.0: the RDMA engine. A 1.x function only passes the self tests.
+        // Interface 2.0: the RDMA engine. A 1.x function has nothing to register.
         if !bar.read(regs::FEATURES).rdma() {
-            dev_warn!(pdev, "no RDMA engine (interface 1.x device): not registering\n");
-            return Ok(FerrdmaData {
-                _ib: None,
-                pdev,
-                admin: None,
-                _vectors: vectors,
-                bar,
-            });
+            dev_err!(pdev, "no RDMA engine (an interface 1.x device)\n");
+            return Err(ENODEV);
         }
         let mut admin = AdminQueue::new(pdev.as_ref(), &bar)?;
         let caps = admin.query_caps(&bar)?;
@@ -156,32 +144,27 @@ impl pci::Driver for FerrdmaDriver {
         };
         // SAFETY: The registration is stored in the driver data, which the driver core drops
         // when the device is unbound; it is never leaked.
-        let ib = unsafe {
+        let ib: Registration<'_, FerrdmaIb> = unsafe {
             Registration::new(
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
-                IbData::new(mac, doorbells, caps),
+                IbData::new(bar, vectors, admin, FunctionInfo { mac, doorbells, caps }),
             )
         }?;
         dev_info!(pdev, "registered {}\n", ib.device().name());
 
-        Ok(FerrdmaData {
-            _ib: Some(ib),
-            pdev,
-            admin: Some(admin),
-            _vectors: vectors,
-            bar,
-        })
+        if let Err(e) = ib.data().port_up() {
+            dev_err!(pdev, "SET_PORT failed: {:?}\n", e);
+            return Err(e);
+        }
+
+        Ok(FerrdmaData { _ib: ib, pdev })
     }
 }
 
 impl Drop for FerrdmaData<'_> {
     fn drop(&mut self) {
-        if self.admin.is_some() {
-            self.bar
-                .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
-        }
         dev_info!(self.pdev, "removed\n");
     }
 }

@@ -5,22 +5,33 @@
 
 use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
+    admin::AdminQueue,
     id_alloc::IdBitmap,
     interface as hw,
+    regs,
+    selftest::Bar0,
 };
 use kernel::{
     infiniband::{self, DeviceAttr, DriverId, IoMmap, Mtu, RocePort, UContextInit, UData},
-    new_spinlock,
+    io::Io,
+    new_mutex, new_spinlock, pci,
     prelude::*,
-    sync::SpinLock,
+    sync::{Mutex, SpinLock},
 };
 
 /// The RDMA side of the ferrdma driver.
 pub(crate) struct FerrdmaIb;
 
-/// What the ib_device callbacks need to know about the function.
-#[pin_data]
-pub(crate) struct IbData {
+/// The function as the ib_device callbacks see it: it owns the device's resources.
+///
+/// Dropping it resets the RDMA engine first (so the device stops using host memory), then the
+/// fields go in declaration order: admin rings, interrupt vectors, the BAR mapping.
+#[pin_data(PinnedDrop)]
+pub(crate) struct IbData<'a> {
+    #[pin]
+    admin: Mutex<AdminQueue>,
+    _vectors: pci::IrqVectorRegistration<'a>,
+    bar: Bar0<'a>,
     /// The port MAC, as the device reports it.
     mac: [u8; 6],
     /// Bus address of the doorbell BAR, if the function has one.
@@ -42,15 +53,88 @@ struct Ids {
 /// Protection domains per function.
 const MAX_PD: u32 = 1 << 16;
 
-impl IbData {
-    /// The data of a function with port MAC `mac` and the doorbell BAR at `doorbells`.
-    pub(crate) fn new(mac: [u8; 6], doorbells: Option<u64>, caps: hw::Caps) -> impl PinInit<Self, Error> {
+/// What probe found out about the function.
+pub(crate) struct FunctionInfo {
+    pub(crate) mac: [u8; 6],
+    pub(crate) doorbells: Option<u64>,
+    pub(crate) caps: hw::Caps,
+}
+
+impl<'a> IbData<'a> {
+    /// Takes over a probed function's BAR, vectors and running admin queue.
+    pub(crate) fn new(
+        bar: Bar0<'a>,
+        vectors: pci::IrqVectorRegistration<'a>,
+        admin: AdminQueue,
+        info: FunctionInfo,
+    ) -> impl PinInit<Self, Error> + 'a {
         try_pin_init!(Self {
-            mac,
-            doorbells,
-            caps,
+            admin <- new_mutex!(admin),
+            _vectors: vectors,
+            bar,
+            mac: info.mac,
+            doorbells: info.doorbells,
+            caps: info.caps,
             ids <- new_spinlock!(Ids { db_pages: IdBitmap::new(), pds: IdBitmap::new() }),
         }? Error)
+    }
+
+    /// Runs one admin command.
+    fn admin(&self, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
+        self.admin.lock().exec(&self.bar, cmd)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for IbData<'_> {
+    fn drop(self: Pin<&mut Self>) {
+        self.bar.write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
+    }
+}
+
+/// An admin command header.
+const fn header(opcode: u8) -> hw::AdminHeader {
+    hw::AdminHeader {
+        opcode,
+        flags: 0,
+        cmd_id: 0,
+        rsvd: 0,
+    }
+}
+
+/// The ADD_GID or DEL_GID command for table entry `index`.
+pub(crate) fn gid_cmd(opcode: u8, index: u32, gid: [u8; 16], mac: [u8; 6]) -> hw::GidCmd {
+    hw::GidCmd {
+        hdr: header(opcode),
+        index,
+        rsvd0: 0,
+        gid,
+        mac,
+        rsvd1: [0; 2],
+        rsvd: [0; 32],
+        rsvd2: [0; 32],
+        rsvd3: [0; 24],
+    }
+}
+
+/// The SET_PORT command: port MAC, link state and MTU (an IB MTU enum value).
+pub(crate) fn set_port_cmd(mac: [u8; 6], up: bool, mtu: Mtu) -> hw::SetPort {
+    hw::SetPort {
+        hdr: header(hw::admin_op::SET_PORT),
+        mac,
+        link: if up { hw::LINK_UP } else { hw::LINK_DOWN },
+        mtu: mtu as u8,
+        rsvd: [0; 32],
+        rsvd1: [0; 32],
+        rsvd2: [0; 32],
+        rsvd3: [0; 16],
+    }
+}
+
+impl IbData<'_> {
+    /// Brings the port up: its MAC, link up, the largest MTU.
+    pub(crate) fn port_up(&self) -> Result {
+        self.admin(&set_port_cmd(self.mac, true, Mtu::Mtu4096).encode()).map(|_| ())
     }
 }
 
@@ -109,7 +193,7 @@ impl kernel::fmt::Display for MacFmt {
 
 #[vtable]
 impl infiniband::Driver for FerrdmaIb {
-    type RegistrationData<'a> = IbData;
+    type RegistrationData<'a> = IbData<'a>;
     type UContext = UContext;
     type Pd = Pd;
 
@@ -117,7 +201,7 @@ impl infiniband::Driver for FerrdmaIb {
     // The irdma user ABI version libirdma accepts (0..=5).
     const UVERBS_ABI_VER: u32 = 5;
 
-    fn query_device(data: &IbData) -> DeviceAttr {
+    fn query_device(data: &IbData<'_>) -> DeviceAttr {
         let c = &data.caps;
         DeviceAttr {
             fw_ver: c.fw_ver,
@@ -148,7 +232,7 @@ impl infiniband::Driver for FerrdmaIb {
         }
     }
 
-    fn alloc_ucontext(data: &IbData, ctx: &UContextInit<'_>, udata: &mut UData<'_>) -> Result<UContext> {
+    fn alloc_ucontext(data: &IbData<'_>, ctx: &UContextInit<'_>, udata: &mut UData<'_>) -> Result<UContext> {
         let mut req = [0u8; AllocUcontextReq::SIZE];
         udata.read_in(&mut req)?;
         let req = AllocUcontextReq::decode(&req);
@@ -179,13 +263,13 @@ impl infiniband::Driver for FerrdmaIb {
         }
     }
 
-    fn dealloc_ucontext(data: &IbData, ctx: UContext) {
+    fn dealloc_ucontext(data: &IbData<'_>, ctx: UContext) {
         let UContext { db_page, db } = ctx;
         drop(db);
         data.ids.lock().db_pages.free(db_page);
     }
 
-    fn alloc_pd(data: &IbData, udata: Option<&mut UData<'_>>) -> Result<Pd> {
+    fn alloc_pd(data: &IbData<'_>, udata: Option<&mut UData<'_>>) -> Result<Pd> {
         let id = data.ids.lock().pds.alloc(1).ok_or(ENOMEM)?;
         if let Some(u) = udata {
             if let Err(e) = u.respond(&AllocPdResp { pd_id: id }.encode()) {
@@ -196,11 +280,21 @@ impl infiniband::Driver for FerrdmaIb {
         Ok(Pd { id })
     }
 
-    fn dealloc_pd(data: &IbData, pd: Pd) {
+    fn dealloc_pd(data: &IbData<'_>, pd: Pd) {
         data.ids.lock().pds.free(pd.id);
     }
 
-    fn query_port(data: &IbData, _port: u32) -> RocePort {
+    fn add_gid(data: &IbData<'_>, _port: u32, index: u32, gid: &[u8; 16]) -> Result {
+        let cmd = gid_cmd(hw::admin_op::ADD_GID, index, *gid, data.mac);
+        data.admin(&cmd.encode()).map(|_| ())
+    }
+
+    fn del_gid(data: &IbData<'_>, _port: u32, index: u32) -> Result {
+        let cmd = gid_cmd(hw::admin_op::DEL_GID, index, [0; 16], [0; 6]);
+        data.admin(&cmd.encode()).map(|_| ())
+    }
+
+    fn query_port(data: &IbData<'_>, _port: u32) -> RocePort {
         RocePort {
             gid_tbl_len: data.caps.max_gid,
             max_mtu: Mtu::Mtu4096,
@@ -212,6 +306,20 @@ impl infiniband::Driver for FerrdmaIb {
 #[kunit_tests(ferrdma_ibdev)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gid_and_port_commands_put_fields_at_the_manuals_offsets() {
+        let gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0xfe, 0x10, 0x01];
+        let b = gid_cmd(hw::admin_op::ADD_GID, 3, gid, [1, 2, 3, 4, 5, 6]).encode();
+        assert_eq!(b[0], 0x0d);
+        assert_eq!(b[8], 3);
+        assert_eq!(&b[16..32], &gid);
+        assert_eq!(&b[32..38], &[1, 2, 3, 4, 5, 6]);
+        let b = set_port_cmd([1, 2, 3, 4, 5, 6], true, Mtu::Mtu4096).encode();
+        assert_eq!(b[0], 0x0f);
+        assert_eq!(&b[8..14], &[1, 2, 3, 4, 5, 6]);
+        assert_eq!((b[14], b[15]), (hw::LINK_UP, 5));
+    }
 
     #[test]
     fn node_guid_is_the_modified_eui64_of_the_mac() {
