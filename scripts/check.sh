@@ -29,12 +29,29 @@ read -r p f i < <(awk '/^test result:/ { for (k = 1; k <= NF; k++) { if ($k ~ /^
 if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; echo "cargo test failed before running tests (exit $rc)"; fi
 passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + i))
 
+# 1b. Formatting: the kernel's rustfmt rules for our kernel Rust, cargo fmt for the NIC.
+step "style: rustfmt"
+if (cd "$top/tools/ferrdma-nic" && cargo fmt --check >/dev/null); then
+	passed=$((passed + 1))
+else
+	failed=$((failed + 1)); echo "not ok - cargo fmt --check (tools/ferrdma-nic): run cargo fmt"
+fi
+
 # 2. Kernel and device model binaries.
 step "kernel: build"
 if "$here/kernel.sh"; then
 	passed=$((passed + 1)); kernel_ok=1
 else
 	failed=$((failed + 1)); kernel_ok=0; echo "not ok - kernel build"
+fi
+if [ "$kernel_ok" = 1 ]; then
+	if "$here/in-sysroot.sh" bash -c 'cd /ferrdma/src && rustfmt --check --edition 2021 \
+		--config-path /ferrdma/cache/kernel/src/.rustfmt.toml \
+		$(find drivers rust -name "*.rs")' >/dev/null; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1)); echo "not ok - rustfmt --check of drivers/ and rust/ (kernel rules)"
+	fi
 fi
 step "ferrdma-nic: release build"
 if "$here/nic.sh"; then

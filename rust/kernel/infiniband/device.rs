@@ -70,7 +70,10 @@ impl<T: Driver> Device<T> {
     ///
     /// Must only be called from an ib_core callback, which runs between the store of
     /// `reg_data` in [`Registration::new`] and the end of `ib_unregister_device()`.
-    pub(crate) unsafe fn with_data<R>(&self, f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>) -> R) -> R {
+    pub(crate) unsafe fn with_data<R>(
+        &self,
+        f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>) -> R,
+    ) -> R {
         // SAFETY: By the function's safety requirement the pointer was stored and is valid.
         let data = unsafe { &*(*self.reg_data.get()).cast::<T::RegistrationData<'_>>() };
         f(data)
@@ -294,7 +297,10 @@ impl<T: Driver> VTable<T> {
     /// # Safety
     ///
     /// Called by ib_core with a zeroed object of `size_ib_pd` bytes.
-    unsafe extern "C" fn alloc_pd(pd: *mut bindings::ib_pd, udata: *mut bindings::ib_udata) -> c_int {
+    unsafe extern "C" fn alloc_pd(
+        pd: *mut bindings::ib_pd,
+        udata: *mut bindings::ib_udata,
+    ) -> c_int {
         from_result(|| {
             // SAFETY: `udata` is null (kernel caller) or valid for this call.
             let mut udata = unsafe { UData::from_raw(udata) };
@@ -311,10 +317,16 @@ impl<T: Driver> VTable<T> {
     /// # Safety
     ///
     /// Called by ib_core once for a PD `alloc_pd` initialised.
-    unsafe extern "C" fn dealloc_pd(pd: *mut bindings::ib_pd, _udata: *mut bindings::ib_udata) -> c_int {
+    unsafe extern "C" fn dealloc_pd(
+        pd: *mut bindings::ib_pd,
+        _udata: *mut bindings::ib_udata,
+    ) -> c_int {
         // SAFETY: `data` was initialised by `alloc_pd` and is moved out exactly once.
         let (dev, value) = unsafe {
-            (Device::<T>::from_raw((*pd).device), (*pd.cast::<PdObject<T>>()).data.assume_init_read())
+            (
+                Device::<T>::from_raw((*pd).device),
+                (*pd.cast::<PdObject<T>>()).data.assume_init_read(),
+            )
         };
         // SAFETY: Called from an ib_core callback.
         unsafe { dev.with_data(|d| T::dealloc_pd(d, value)) };
@@ -356,7 +368,8 @@ impl<T: Driver> VTable<T> {
                 unsafe {
                     a.state = bindings::ib_get_curr_port_state(ndev);
                     if a.state == bindings::ib_port_state_IB_PORT_ACTIVE {
-                        a.phys_state = bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8;
+                        a.phys_state =
+                            bindings::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8;
                     }
                     let mtu = c_int::try_from((*ndev).mtu).unwrap_or(0);
                     a.active_mtu = attr::active_mtu(p.max_mtu, bindings::iboe_get_mtu(mtu)) as u32;
@@ -364,7 +377,9 @@ impl<T: Driver> VTable<T> {
                 }
             }
             // SAFETY: `ib` is valid; the output pointers are fields of `a`.
-            unsafe { bindings::ib_get_eth_speed(ib, port, &mut a.active_speed, &mut a.active_width) };
+            unsafe {
+                bindings::ib_get_eth_speed(ib, port, &mut a.active_speed, &mut a.active_width)
+            };
             Ok(0)
         })
     }
@@ -416,6 +431,33 @@ impl<T: Driver> VTable<T> {
         0
     }
 
+    /// Runs `f` with the device, port, index and GID of a GID table entry.
+    ///
+    /// # Safety
+    ///
+    /// `attr` is a valid GID attribute of a device of driver `T`, passed by ib_core to a
+    /// callback.
+    unsafe fn with_gid(
+        attr: *const bindings::ib_gid_attr,
+        f: impl for<'a> FnOnce(&'a T::RegistrationData<'a>, u32, u32, &[u8; 16]) -> Result,
+    ) -> c_int {
+        from_result(|| {
+            // SAFETY: `attr` and its device are valid (function contract); every bit pattern
+            // of the GID union is a valid byte array.
+            let (dev, port, index, gid) = unsafe {
+                (
+                    Device::<T>::from_raw((*attr).device),
+                    (*attr).port_num,
+                    (*attr).index,
+                    (*attr).gid.raw,
+                )
+            };
+            // SAFETY: Called from an ib_core callback (function contract).
+            unsafe { dev.with_data(|d| f(d, port, index.into(), &gid)) }?;
+            Ok(0)
+        })
+    }
+
     /// # Safety
     ///
     /// Called by ib_core with a valid GID attribute of a device of driver `T`.
@@ -423,16 +465,8 @@ impl<T: Driver> VTable<T> {
         attr: *const bindings::ib_gid_attr,
         _context: *mut *mut core::ffi::c_void,
     ) -> c_int {
-        from_result(|| {
-            // SAFETY: `attr` and its device are valid (callback contract); every bit pattern
-            // of the GID union is a valid byte array.
-            let (dev, port, index, gid) = unsafe {
-                (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index, (*attr).gid.raw)
-            };
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::add_gid(d, port, index.into(), &gid)) }?;
-            Ok(0)
-        })
+        // SAFETY: Forwarded callback contract.
+        unsafe { Self::with_gid(attr, |d, port, index, gid| T::add_gid(d, port, index, gid)) }
     }
 
     /// # Safety
@@ -442,13 +476,7 @@ impl<T: Driver> VTable<T> {
         attr: *const bindings::ib_gid_attr,
         _context: *mut *mut core::ffi::c_void,
     ) -> c_int {
-        from_result(|| {
-            // SAFETY: `attr` and its device are valid (callback contract).
-            let (dev, port, index) =
-                unsafe { (Device::<T>::from_raw((*attr).device), (*attr).port_num, (*attr).index) };
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::del_gid(d, port, index.into())) }?;
-            Ok(0)
-        })
+        // SAFETY: Forwarded callback contract.
+        unsafe { Self::with_gid(attr, |d, port, index, _| T::del_gid(d, port, index)) }
     }
 }

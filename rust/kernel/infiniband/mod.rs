@@ -76,14 +76,22 @@ pub trait Driver: Sized + Send + Sync + 'static {
     fn dealloc_ucontext(_data: &Self::RegistrationData<'_>, _ctx: Self::UContext) {}
 
     /// Creates a protection domain (`alloc_pd`); `udata` is `None` for kernel users.
-    fn alloc_pd(data: &Self::RegistrationData<'_>, udata: Option<&mut UData<'_>>) -> Result<Self::Pd>;
+    fn alloc_pd(
+        data: &Self::RegistrationData<'_>,
+        udata: Option<&mut UData<'_>>,
+    ) -> Result<Self::Pd>;
 
     /// Destroys a protection domain (`dealloc_pd`).
     fn dealloc_pd(_data: &Self::RegistrationData<'_>, _pd: Self::Pd) {}
 
     /// `gid` was added to the port's GID table at `index` (`add_gid`); it replaces whatever was
     /// there. Runs in process context.
-    fn add_gid(_data: &Self::RegistrationData<'_>, _port: u32, _index: u32, _gid: &[u8; 16]) -> Result {
+    fn add_gid(
+        _data: &Self::RegistrationData<'_>,
+        _port: u32,
+        _index: u32,
+        _gid: &[u8; 16],
+    ) -> Result {
         Ok(())
     }
 

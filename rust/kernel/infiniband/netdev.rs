@@ -8,8 +8,8 @@
 //! `NETDEV_REGISTER` for every existing device), rebound when addresses change, and unbound on
 //! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires.
 
-use crate::{bindings, error::to_result, prelude::*, types::Opaque};
 use crate::ffi::{c_int, c_void};
+use crate::{bindings, error::to_result, prelude::*, types::Opaque};
 
 /// A netdevice notifier that keeps port `port` of `ib` bound to the device whose MAC is `mac`.
 ///

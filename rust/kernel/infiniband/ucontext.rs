@@ -62,7 +62,8 @@ impl UContextInit<'_> {
         let entry = KBox::into_raw(entry);
         // SAFETY: `raw` is the context being created; `entry` is a live allocation whose
         // ownership passes to ib_core, which hands it back through `mmap_free`.
-        let ret = unsafe { bindings::rdma_user_mmap_entry_insert(self.raw, &raw mut (*entry).raw, len) };
+        let ret =
+            unsafe { bindings::rdma_user_mmap_entry_insert(self.raw, &raw mut (*entry).raw, len) };
         if let Err(e) = to_result(ret) {
             // SAFETY: The insert failed, so ib_core did not take the entry.
             drop(unsafe { KBox::from_raw(entry) });

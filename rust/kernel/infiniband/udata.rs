@@ -6,7 +6,11 @@
 //! expects: a request shorter than the driver's struct reads as zero-extended, extra trailing
 //! request bytes are ignored, and a response is cut to the length user space offered.
 
-use crate::{bindings, prelude::*, uaccess::{UserPtr, UserSlice}};
+use crate::{
+    bindings,
+    prelude::*,
+    uaccess::{UserPtr, UserSlice},
+};
 
 /// The driver data of one uverbs command.
 ///

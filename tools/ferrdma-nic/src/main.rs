@@ -68,7 +68,11 @@ fn main() -> ExitCode {
         .init();
 
     if cli.macs.len() > cli.sockets.len() {
-        log::error!("{} --mac options for {} sockets", cli.macs.len(), cli.sockets.len());
+        log::error!(
+            "{} --mac options for {} sockets",
+            cli.macs.len(),
+            cli.sockets.len()
+        );
         return ExitCode::FAILURE;
     }
     let mut seen = HashSet::new();
@@ -163,7 +167,10 @@ mod tests {
 
     #[test]
     fn macs_parse_strictly() {
-        assert_eq!(parse_mac("52:54:00:fe:10:0a"), Ok([0x52, 0x54, 0, 0xfe, 0x10, 0x0a]));
+        assert_eq!(
+            parse_mac("52:54:00:fe:10:0a"),
+            Ok([0x52, 0x54, 0, 0xfe, 0x10, 0x0a])
+        );
         assert!(parse_mac("52:54:00:fe:10").is_err());
         assert!(parse_mac("52:54:00:fe:10:0a:01").is_err());
         assert!(parse_mac("52:54:00:fe:10:g0").is_err());

@@ -156,6 +156,9 @@ mod tests {
 
     #[test]
     fn pd_response_carries_the_id_first() {
-        assert_eq!(AllocPdResp { pd_id: 0x0102_0304 }.encode(), [4, 3, 2, 1, 0, 0, 0, 0]);
+        assert_eq!(
+            AllocPdResp { pd_id: 0x0102_0304 }.encode(),
+            [4, 3, 2, 1, 0, 0, 0, 0]
+        );
     }
 }

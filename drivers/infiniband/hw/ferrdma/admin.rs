@@ -36,7 +36,10 @@ pub(crate) struct RingPos {
 
 impl RingPos {
     /// The state right after the queue is enabled.
-    pub(crate) const START: Self = Self { tail: 0, phase: true };
+    pub(crate) const START: Self = Self {
+        tail: 0,
+        phase: true,
+    };
 
     /// The state after submitting one command in a ring of `entries` slots.
     pub(crate) const fn advance(self, entries: u32) -> Self {
@@ -195,13 +198,31 @@ mod tests {
         for _ in 0..3 {
             p = p.advance(4);
         }
-        assert_eq!(p, RingPos { tail: 3, phase: true });
+        assert_eq!(
+            p,
+            RingPos {
+                tail: 3,
+                phase: true
+            }
+        );
         p = p.advance(4);
-        assert_eq!(p, RingPos { tail: 0, phase: false });
+        assert_eq!(
+            p,
+            RingPos {
+                tail: 0,
+                phase: false
+            }
+        );
         for _ in 0..4 {
             p = p.advance(4);
         }
-        assert_eq!(p, RingPos { tail: 0, phase: true });
+        assert_eq!(
+            p,
+            RingPos {
+                tail: 0,
+                phase: true
+            }
+        );
     }
 
     #[test]

@@ -5,8 +5,7 @@
 use crate::{
     admin::AdminQueue,
     ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
-    interface as hw,
-    regs,
+    interface as hw, regs,
     selftest::{self, Bar0, Version},
 };
 use kernel::{
@@ -50,14 +49,17 @@ impl pci::Driver for FerrdmaDriver {
         pdev.enable_device_mem()?;
         pdev.set_master();
 
-        let bar: Bar0<'bound> = pdev.iomap_region_sized::<{ hw::BAR0_SIZE }>(
-            hw::BAR0_INDEX,
-            c"ferrdma",
-        )?;
+        let bar: Bar0<'bound> =
+            pdev.iomap_region_sized::<{ hw::BAR0_SIZE }>(hw::BAR0_INDEX, c"ferrdma")?;
 
         let id = bar.read(regs::ID).into_raw();
         if id != hw::DEVICE_ID_MAGIC {
-            dev_err!(pdev, "unexpected device id {:#x} (want {:#x})\n", id, hw::DEVICE_ID_MAGIC);
+            dev_err!(
+                pdev,
+                "unexpected device id {:#x} (want {:#x})\n",
+                id,
+                hw::DEVICE_ID_MAGIC
+            );
             return Err(ENODEV);
         }
         let version = Version::decode(bar.read(regs::VERSION).into_raw());
@@ -111,7 +113,11 @@ impl pci::Driver for FerrdmaDriver {
         let mut admin = AdminQueue::new(pdev.as_ref(), &bar)?;
         let caps = admin.query_caps(&bar)?;
         if caps.hw_rev != hw::HW_REV_GEN_2 {
-            dev_err!(pdev, "device data path is hw_rev {}, not GEN_2\n", caps.hw_rev);
+            dev_err!(
+                pdev,
+                "device data path is hw_rev {}, not GEN_2\n",
+                caps.hw_rev
+            );
             return Err(ENODEV);
         }
         dev_info!(
@@ -149,7 +155,16 @@ impl pci::Driver for FerrdmaDriver {
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
-                IbData::new(bar, vectors, admin, FunctionInfo { mac, doorbells, caps }),
+                IbData::new(
+                    bar,
+                    vectors,
+                    admin,
+                    FunctionInfo {
+                        mac,
+                        doorbells,
+                        caps,
+                    },
+                ),
             )
         }?;
         dev_info!(pdev, "registered {}\n", ib.device().name());

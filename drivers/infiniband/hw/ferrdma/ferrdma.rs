@@ -9,8 +9,8 @@
 mod abi;
 mod admin;
 mod driver;
-mod id_alloc;
 mod ibdev;
+mod id_alloc;
 // Shared with the device model, which uses every item: here only a part is reachable.
 #[allow(unreachable_pub)]
 mod interface;

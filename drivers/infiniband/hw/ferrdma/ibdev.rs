@@ -7,8 +7,7 @@ use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
     admin::AdminQueue,
     id_alloc::IdBitmap,
-    interface as hw,
-    regs,
+    interface as hw, regs,
     selftest::Bar0,
 };
 use kernel::{
@@ -88,7 +87,8 @@ impl<'a> IbData<'a> {
 #[pinned_drop]
 impl PinnedDrop for IbData<'_> {
     fn drop(self: Pin<&mut Self>) {
-        self.bar.write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
+        self.bar
+            .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
     }
 }
 
@@ -134,7 +134,8 @@ pub(crate) fn set_port_cmd(mac: [u8; 6], up: bool, mtu: Mtu) -> hw::SetPort {
 impl IbData<'_> {
     /// Brings the port up: its MAC, link up, the largest MTU.
     pub(crate) fn port_up(&self) -> Result {
-        self.admin(&set_port_cmd(self.mac, true, Mtu::Mtu4096).encode()).map(|_| ())
+        self.admin(&set_port_cmd(self.mac, true, Mtu::Mtu4096).encode())
+            .map(|_| ())
     }
 }
 
@@ -174,7 +175,16 @@ fn ucontext_resp(caps: &hw::Caps, db_mmap_key: u64) -> AllocUcontextResp {
 
 /// The node GUID of a function: the modified EUI-64 of its MAC, as RoCE devices do.
 pub(crate) const fn node_guid(mac: [u8; 6]) -> u64 {
-    u64::from_be_bytes([mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]])
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }
 
 /// Formats a MAC the usual way, for log lines.
@@ -232,7 +242,11 @@ impl infiniband::Driver for FerrdmaIb {
         }
     }
 
-    fn alloc_ucontext(data: &IbData<'_>, ctx: &UContextInit<'_>, udata: &mut UData<'_>) -> Result<UContext> {
+    fn alloc_ucontext(
+        data: &IbData<'_>,
+        ctx: &UContextInit<'_>,
+        udata: &mut UData<'_>,
+    ) -> Result<UContext> {
         let mut req = [0u8; AllocUcontextReq::SIZE];
         udata.read_in(&mut req)?;
         let req = AllocUcontextReq::decode(&req);
@@ -249,7 +263,10 @@ impl infiniband::Driver for FerrdmaIb {
         // Page 0 is the kernel's own (manual, "Doorbell BAR").
         let db_page = data.ids.lock().db_pages.alloc(1).ok_or(ENOMEM)?;
         let mapped = ctx
-            .insert_io_mmap(doorbells + u64::from(db_page) * hw::DB_PAGE_SIZE as u64, hw::DB_PAGE_SIZE)
+            .insert_io_mmap(
+                doorbells + u64::from(db_page) * hw::DB_PAGE_SIZE as u64,
+                hw::DB_PAGE_SIZE,
+            )
             .and_then(|db| {
                 udata.respond(&ucontext_resp(&data.caps, db.offset()).encode())?;
                 Ok(db)
@@ -309,7 +326,9 @@ mod tests {
 
     #[test]
     fn gid_and_port_commands_put_fields_at_the_manuals_offsets() {
-        let gid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0xfe, 0x10, 0x01];
+        let gid = [
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0xfe, 0x10, 0x01,
+        ];
         let b = gid_cmd(hw::admin_op::ADD_GID, 3, gid, [1, 2, 3, 4, 5, 6]).encode();
         assert_eq!(b[0], 0x0d);
         assert_eq!(b[8], 3);
@@ -323,7 +342,10 @@ mod tests {
 
     #[test]
     fn node_guid_is_the_modified_eui64_of_the_mac() {
-        assert_eq!(node_guid([0x52, 0x54, 0x00, 0xfe, 0x10, 0x01]), 0x5054_00ff_fefe_1001);
+        assert_eq!(
+            node_guid([0x52, 0x54, 0x00, 0xfe, 0x10, 0x01]),
+            0x5054_00ff_fefe_1001
+        );
         assert_eq!(node_guid([0, 0, 0, 0, 0, 0]), 0x0200_00ff_fe00_0000);
     }
 }

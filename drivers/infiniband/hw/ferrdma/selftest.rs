@@ -123,7 +123,12 @@ pub(crate) fn msix(
             },
         )??;
         if hits != 1 {
-            dev_err!(pdev, "MSI-X vector {}: {} interrupts, expected 1\n", vector, hits);
+            dev_err!(
+                pdev,
+                "MSI-X vector {}: {} interrupts, expected 1\n",
+                vector,
+                hits
+            );
             return Err(ETIMEDOUT);
         }
         delivered += 1;
@@ -173,7 +178,13 @@ mod tests {
     #[test]
     fn version_decodes_major_and_minor() {
         assert_eq!(Version::decode(0x0001_0000), Version { major: 1, minor: 0 });
-        assert_eq!(Version::decode(0xabcd_1234), Version { major: 0xabcd, minor: 0x1234 });
+        assert_eq!(
+            Version::decode(0xabcd_1234),
+            Version {
+                major: 0xabcd,
+                minor: 0x1234
+            }
+        );
     }
 
     #[test]

@@ -159,3 +159,13 @@ kmemleak_check() {
 	fi
 	note "kmemleak: no leaks from $1"
 }
+
+# Fails unless ib_core tracks no verbs object (context, PD, CQ, QP, MR) of ferrdma0.
+expect_no_verbs_objects() {
+	local res kind
+	res=$(rdma res show ferrdma0)
+	note "rdma res: $res"
+	for kind in ctx pd cq qp mr; do
+		echo "$res" | grep -q " $kind 0 " || fail "$kind objects left behind: $res"
+	done
+}

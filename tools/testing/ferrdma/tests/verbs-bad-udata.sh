@@ -41,10 +41,7 @@ try "legacy 16-byte response" "$ok" 16 ENOTSUP
 try "trailing request bytes" "${ok}ffffffffffffffffffffffffffffffff" 80 0
 try "short request" 000000000500 80 0
 
-res=$(rdma res show ferrdma0)
-note "rdma res: $res"
-echo "$res" | grep -q " ctx 0 " || fail "contexts left behind: $res"
-echo "$res" | grep -q " pd 0 " || fail "PDs left behind: $res"
+expect_no_verbs_objects
 unload_ferrdma
 kmemleak_check "hostile alloc_ucontext requests"
 note "verbs-bad-udata test passed"
