@@ -158,3 +158,34 @@ pub(crate) fn active_mtu(max: Mtu, ib_mtu: u32) -> Mtu {
         None => Mtu::Mtu256,
     }
 }
+
+#[macros::kunit_tests(rust_infiniband_attr)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn active_mtu_is_capped_by_the_port_and_the_link() {
+        // iboe_get_mtu() of a 1500-byte Ethernet MTU is IB_MTU_1024.
+        assert_eq!(active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_1024), Mtu::Mtu1024);
+        assert_eq!(active_mtu(Mtu::Mtu2048, bindings::ib_mtu_IB_MTU_4096), Mtu::Mtu2048);
+        assert_eq!(active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_4096), Mtu::Mtu4096);
+        // No IB MTU fits (tiny link MTU): the smallest.
+        assert_eq!(active_mtu(Mtu::Mtu4096, 0), Mtu::Mtu256);
+    }
+
+    #[test]
+    fn device_attr_goes_to_the_c_struct_with_a_big_endian_guid() {
+        let a = DeviceAttr {
+            sys_image_guid: 0x0102_0304_0506_0708,
+            max_qp: 7,
+            max_pkeys: 1,
+            ..DeviceAttr::default()
+        };
+        let mut c: bindings::ib_device_attr = pin_init::zeroed();
+        a.write_to(&mut c);
+        assert_eq!(c.sys_image_guid, 0x0102_0304_0506_0708u64.to_be());
+        assert_eq!(c.max_qp, 7);
+        assert_eq!(c.max_pkeys, 1);
+        assert_eq!(c.max_cq, 0);
+    }
+}
