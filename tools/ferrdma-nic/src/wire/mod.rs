@@ -18,6 +18,8 @@ pub mod packet;
 pub mod udp;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 pub use error::WireError;
