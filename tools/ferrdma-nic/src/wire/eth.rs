@@ -49,7 +49,8 @@ pub struct EthHeader {
 }
 
 impl EthHeader {
-    pub fn len(&self) -> usize {
+    /// Bytes the header occupies: 14, or 18 with a tag.
+    pub fn header_len(&self) -> usize {
         if self.vlan.is_some() {
             18
         } else {

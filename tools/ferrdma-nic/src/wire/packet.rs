@@ -121,10 +121,10 @@ pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
     let ip_len_field = u16::try_from(ip_len_field).map_err(|_| WireError::TooLong(ip_len))?;
     let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLong(ip_len))?;
 
-    let mut out = Vec::with_capacity(h.eth.len() + ip_len);
+    let mut out = Vec::with_capacity(h.eth.header_len() + ip_len);
     let (ethertype, ip_start) = match h.ip {
-        IpHeader::V4(_) => (ETHERTYPE_IPV4, h.eth.len()),
-        IpHeader::V6(_) => (ETHERTYPE_IPV6, h.eth.len()),
+        IpHeader::V4(_) => (ETHERTYPE_IPV4, h.eth.header_len()),
+        IpHeader::V6(_) => (ETHERTYPE_IPV6, h.eth.header_len()),
     };
     h.eth.write(ethertype, &mut out)?;
     match &h.ip {
