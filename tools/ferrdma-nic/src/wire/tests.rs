@@ -415,3 +415,48 @@ fn parser_refuses_damaged_frames() {
     f[14 + 40 + 6] ^= 0x10;
     assert_eq!(parse(&f), Err(WireError::UdpChecksum));
 }
+
+const V6_SCAPY: &str = include_str!("../../tests/data/roce-rc-send-only-ipv6-scapy.hex");
+const V4_VLAN_SCAPY: &str = include_str!("../../tests/data/roce-rc-send-only-ipv4-vlan-scapy.hex");
+
+#[test]
+fn golden_scapy_ipv6_rc_send_only_parses_and_rebuilds() {
+    let f = unhex(V6_SCAPY);
+    let p = parse(&f).expect("scapy IPv6 packet parses (UDP checksum and ICRC)");
+    assert_eq!(p.payload, b"hello ferrdma");
+    let h = p.headers;
+    assert_eq!(h.bth.opcode, opcode::RC_SEND_ONLY);
+    assert_eq!(
+        (h.bth.dest_qp, h.bth.psn, h.bth.pad_count),
+        (0xabcdef, 0x123456, 3)
+    );
+    assert!(h.bth.solicited && h.bth.ack_req);
+    let IpHeader::V6(v6) = h.ip else {
+        panic!("IPv6 expected")
+    };
+    assert_eq!(
+        (v6.traffic_class, v6.flow_label, v6.hop_limit),
+        (0x68, 0x12345, 64)
+    );
+    // Our builder produces the identical frame, UDP checksum and ICRC included.
+    assert_eq!(build(&h, p.payload).unwrap(), f);
+}
+
+#[test]
+fn golden_scapy_ipv4_vlan_rc_send_only_parses_and_rebuilds() {
+    let f = unhex(V4_VLAN_SCAPY);
+    let p = parse(&f).expect("scapy IPv4/VLAN packet parses");
+    assert_eq!(p.payload, b"0123456789abcdef");
+    let h = p.headers;
+    assert_eq!(
+        h.eth.vlan,
+        Some(Vlan {
+            pcp: 3,
+            dei: false,
+            vid: 100
+        })
+    );
+    assert!(h.bth.fecn && !h.bth.becn);
+    assert_eq!((h.bth.dest_qp, h.bth.psn), (0x11, 7));
+    assert_eq!(build(&h, p.payload).unwrap(), f);
+}
