@@ -1,0 +1,26 @@
+//! The RoCEv2 packet layer: header formats, the opcode table, the ICRC, and whole-frame
+//! build/parse. Pure functions on byte slices, no I/O, so the transport engine and the
+//! fabric can share it. Parsing treats every byte as hostile: it returns `WireError`, never
+//! panics, never reads out of bounds.
+
+pub mod aeth;
+pub mod bth;
+pub mod checksum;
+pub mod crc32;
+pub mod error;
+pub mod eth;
+pub mod ext;
+pub mod icrc;
+pub mod ipv4;
+pub mod ipv6;
+pub mod opcode;
+pub mod packet;
+pub mod udp;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+pub use error::WireError;
+pub use packet::{build, parse, ExtHeaders, Headers, IpHeader, Parsed};

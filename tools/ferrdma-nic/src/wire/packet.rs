@@ -1,0 +1,260 @@
+//! Whole RoCEv2 frames: `build` turns headers and a payload into bytes, `parse` turns bytes
+//! into headers and a payload slice after checking every layer, the ICRC included.
+//!
+//! Layout: Ethernet [802.1Q] | IPv4 or IPv6 | UDP (dst 4791) | BTH | DETH | RETH | AETH |
+//! ImmDt or IETH | payload | pad to 4 bytes | ICRC (4, little-endian).
+
+use super::aeth::{Aeth, AETH_LEN};
+use super::bth::{Bth, BTH_LEN};
+use super::error::{Result, WireError};
+use super::eth::{EthHeader, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::ext::{self, Deth, Reth, DETH_LEN, IETH_LEN, IMMDT_LEN, RETH_LEN};
+use super::icrc::{self, ICRC_LEN};
+use super::ipv4::{Ipv4Header, IPV4_HDR_LEN};
+use super::ipv6::{Ipv6Header, IPV6_HDR_LEN};
+use super::opcode::{self, OpInfo};
+use super::udp::{self, Pseudo, UDP_HDR_LEN};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpHeader {
+    V4(Ipv4Header),
+    V6(Ipv6Header),
+}
+
+impl IpHeader {
+    fn len(&self) -> usize {
+        match self {
+            IpHeader::V4(_) => IPV4_HDR_LEN,
+            IpHeader::V6(_) => IPV6_HDR_LEN,
+        }
+    }
+}
+
+/// The extension headers after the BTH; which ones must be present is fixed by the opcode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExtHeaders {
+    pub deth: Option<Deth>,
+    pub reth: Option<Reth>,
+    pub aeth: Option<Aeth>,
+    /// Immediate data (ImmDt), as the 32-bit big-endian word on the wire.
+    pub immdt: Option<u32>,
+    /// IETH: the R_Key to invalidate.
+    pub ieth: Option<u32>,
+}
+
+impl ExtHeaders {
+    fn len(&self) -> usize {
+        self.deth.map_or(0, |_| DETH_LEN)
+            + self.reth.map_or(0, |_| RETH_LEN)
+            + self.aeth.map_or(0, |_| AETH_LEN)
+            + self.immdt.map_or(0, |_| IMMDT_LEN)
+            + self.ieth.map_or(0, |_| IETH_LEN)
+    }
+
+    /// Refuse headers the opcode does not carry and missing ones it needs.
+    fn check(&self, opcode: u8, info: &OpInfo) -> Result<()> {
+        let pairs = [
+            ("DETH", self.deth.is_some(), info.deth),
+            ("RETH", self.reth.is_some(), info.reth),
+            ("AETH", self.aeth.is_some(), info.aeth),
+            ("ImmDt", self.immdt.is_some(), info.immdt),
+            ("IETH", self.ieth.is_some(), info.ieth),
+        ];
+        for (header, have, want) in pairs {
+            if have != want {
+                let problem = if want {
+                    "is required"
+                } else {
+                    "is not carried"
+                };
+                return Err(WireError::ExtHeader {
+                    opcode,
+                    header,
+                    problem,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything in a RoCEv2 frame except the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headers {
+    pub eth: EthHeader,
+    pub ip: IpHeader,
+    pub udp_src_port: u16,
+    /// `pad_count` is ignored by `build` (it follows from the payload length) and reported
+    /// by `parse`.
+    pub bth: Bth,
+    pub ext: ExtHeaders,
+}
+
+/// A parsed frame: its headers and the payload without pad bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    pub headers: Headers,
+    pub payload: &'a [u8],
+}
+
+/// Pad bytes that round `len` up to a multiple of 4.
+pub fn pad_for(len: usize) -> u8 {
+    ((4 - len % 4) % 4) as u8
+}
+
+/// Serialize a frame. Errors when the headers do not match the opcode, a field does not fit
+/// its width, or the packet would not fit the IP length field.
+pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
+    let opcode = h.bth.opcode;
+    let info = opcode::info(opcode).ok_or(WireError::Opcode(opcode))?;
+    h.ext.check(opcode, &info)?;
+    if !info.payload && !payload.is_empty() {
+        return Err(WireError::UnexpectedPayload(opcode));
+    }
+    let pad = pad_for(payload.len());
+    let udp_len = UDP_HDR_LEN + BTH_LEN + h.ext.len() + payload.len() + usize::from(pad) + ICRC_LEN;
+    let ip_len = h.ip.len() + udp_len;
+    let ip_len_field = match h.ip {
+        IpHeader::V4(_) => ip_len,
+        IpHeader::V6(_) => udp_len,
+    };
+    let ip_len_field = u16::try_from(ip_len_field).map_err(|_| WireError::TooLong(ip_len))?;
+    let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLong(ip_len))?;
+
+    let mut out = Vec::with_capacity(h.eth.header_len() + ip_len);
+    let (ethertype, ip_start) = match h.ip {
+        IpHeader::V4(_) => (ETHERTYPE_IPV4, h.eth.header_len()),
+        IpHeader::V6(_) => (ETHERTYPE_IPV6, h.eth.header_len()),
+    };
+    h.eth.write(ethertype, &mut out)?;
+    match &h.ip {
+        IpHeader::V4(v4) => v4.write(ip_len_field, &mut out),
+        IpHeader::V6(v6) => v6.write(ip_len_field, &mut out)?,
+    }
+    let udp_start = out.len();
+    udp::write_header(h.udp_src_port, udp_len16, &mut out);
+    Bth {
+        pad_count: pad,
+        ..h.bth
+    }
+    .write(&mut out)?;
+    if let Some(d) = &h.ext.deth {
+        d.write(&mut out)?;
+    }
+    if let Some(r) = &h.ext.reth {
+        r.write(&mut out);
+    }
+    if let Some(a) = &h.ext.aeth {
+        a.write(&mut out)?;
+    }
+    if let Some(i) = h.ext.immdt {
+        ext::write_u32(i, &mut out);
+    }
+    if let Some(k) = h.ext.ieth {
+        ext::write_u32(k, &mut out);
+    }
+    out.extend_from_slice(payload);
+    out.resize(out.len() + usize::from(pad), 0);
+    // The ICRC masks the UDP checksum, so it can be computed before the checksum is known.
+    let crc = icrc::compute(&out[ip_start..])?;
+    out.extend_from_slice(&crc.to_le_bytes());
+    if let IpHeader::V6(v6) = &h.ip {
+        let sum = udp::checksum_for(
+            &Pseudo::V6 {
+                src: &v6.src,
+                dst: &v6.dst,
+            },
+            &out[udp_start..],
+        );
+        out[udp_start + 6..udp_start + 8].copy_from_slice(&sum.to_be_bytes());
+    }
+    Ok(out)
+}
+
+/// Parse and check a frame (without FCS). Trailing bytes after the IP packet (Ethernet
+/// minimum-size padding) are ignored.
+pub fn parse(frame: &[u8]) -> Result<Parsed<'_>> {
+    let (eth, ethertype, l2) = EthHeader::parse(frame)?;
+    let l3 = &frame[l2..];
+    let (ip, ip_total, ip_hdr) = match ethertype {
+        ETHERTYPE_IPV4 => {
+            let (h, total) = Ipv4Header::parse(l3)?;
+            (IpHeader::V4(h), total, IPV4_HDR_LEN)
+        }
+        ETHERTYPE_IPV6 => {
+            let (h, total) = Ipv6Header::parse(l3)?;
+            (IpHeader::V6(h), total, IPV6_HDR_LEN)
+        }
+        t => return Err(WireError::EtherType(t)),
+    };
+    // Both parsers checked ip_total <= l3.len() and ip_total >= ip_hdr.
+    let ip_packet = l3.get(..ip_total).ok_or(WireError::Truncated {
+        what: "IP packet",
+        need: ip_total,
+        have: l3.len(),
+    })?;
+    let datagram = ip_packet.get(ip_hdr..).unwrap_or(&[]);
+    let pseudo = match &ip {
+        IpHeader::V4(h) => Pseudo::V4 {
+            src: &h.src,
+            dst: &h.dst,
+        },
+        IpHeader::V6(h) => Pseudo::V6 {
+            src: &h.src,
+            dst: &h.dst,
+        },
+    };
+    let udp_src_port = udp::parse(datagram, &pseudo)?;
+    icrc::verify(ip_packet)?;
+
+    // Offsets below are within the datagram; ICRC verification proved it holds at least
+    // UDP + BTH + ICRC bytes, and every read is bounds-checked anyway.
+    let transport_end = datagram.len() - ICRC_LEN;
+    let transport = &datagram[..transport_end];
+    let bth = Bth::parse(transport, UDP_HDR_LEN)?;
+    let info = opcode::info(bth.opcode).ok_or(WireError::Opcode(bth.opcode))?;
+    let mut at = UDP_HDR_LEN + BTH_LEN;
+    let mut ext = ExtHeaders::default();
+    if info.deth {
+        ext.deth = Some(Deth::parse(transport, at)?);
+        at += DETH_LEN;
+    }
+    if info.reth {
+        ext.reth = Some(Reth::parse(transport, at)?);
+        at += RETH_LEN;
+    }
+    if info.aeth {
+        ext.aeth = Some(Aeth::parse(transport, at)?);
+        at += AETH_LEN;
+    }
+    if info.immdt {
+        ext.immdt = Some(ext::parse_u32(transport, at, "ImmDt")?);
+        at += IMMDT_LEN;
+    }
+    if info.ieth {
+        ext.ieth = Some(ext::parse_u32(transport, at, "IETH")?);
+        at += IETH_LEN;
+    }
+    let rest = transport.get(at..).unwrap_or(&[]);
+    let pad = usize::from(bth.pad_count);
+    if pad > rest.len() {
+        return Err(WireError::Pad {
+            pad,
+            len: rest.len(),
+        });
+    }
+    let payload = &rest[..rest.len() - pad];
+    if !info.payload && !rest.is_empty() {
+        return Err(WireError::UnexpectedPayload(bth.opcode));
+    }
+    Ok(Parsed {
+        headers: Headers {
+            eth,
+            ip,
+            udp_src_port,
+            bth,
+            ext,
+        },
+        payload,
+    })
+}
