@@ -13,7 +13,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic run check check-nic check-vm clean-cache
+.PHONY: all help sysroot kernel nic run check check-nic check-vm fmt clean-cache
 
 all: kernel nic
 
@@ -41,6 +41,12 @@ check-nic:
 
 check-vm: kernel nic
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
+
+# Format our Rust: the kernel's rustfmt rules for drivers/ and rust/, cargo fmt for the NIC.
+fmt: kernel
+	@scripts/in-sysroot.sh bash -c 'cd /ferrdma/src && rustfmt --edition 2021 \
+		--config-path /ferrdma/cache/kernel/src/.rustfmt.toml $$(find drivers rust -name "*.rs")'
+	@cd tools/ferrdma-nic && cargo fmt
 
 clean-cache:
 	rm -rf $(FERRDMA_CACHE)

@@ -50,7 +50,7 @@ if [ "$kernel_ok" = 1 ]; then
 		$(find drivers rust -name "*.rs")' >/dev/null; then
 		passed=$((passed + 1))
 	else
-		failed=$((failed + 1)); echo "not ok - rustfmt --check of drivers/ and rust/ (kernel rules)"
+		failed=$((failed + 1)); echo "not ok - rustfmt --check of drivers/ and rust/ (kernel rules): run make fmt"
 	fi
 fi
 step "ferrdma-nic: release build"

@@ -166,9 +166,18 @@ mod tests {
     #[test]
     fn active_mtu_is_capped_by_the_port_and_the_link() {
         // iboe_get_mtu() of a 1500-byte Ethernet MTU is IB_MTU_1024.
-        assert_eq!(active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_1024), Mtu::Mtu1024);
-        assert_eq!(active_mtu(Mtu::Mtu2048, bindings::ib_mtu_IB_MTU_4096), Mtu::Mtu2048);
-        assert_eq!(active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_4096), Mtu::Mtu4096);
+        assert_eq!(
+            active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_1024),
+            Mtu::Mtu1024
+        );
+        assert_eq!(
+            active_mtu(Mtu::Mtu2048, bindings::ib_mtu_IB_MTU_4096),
+            Mtu::Mtu2048
+        );
+        assert_eq!(
+            active_mtu(Mtu::Mtu4096, bindings::ib_mtu_IB_MTU_4096),
+            Mtu::Mtu4096
+        );
         // No IB MTU fits (tiny link MTU): the smallest.
         assert_eq!(active_mtu(Mtu::Mtu4096, 0), Mtu::Mtu256);
     }
