@@ -429,4 +429,40 @@ mod tests {
         assert!(fwd(&mut sw, 1, &plain(B, A), 0).is_empty());
         assert!(fwd(&mut sw, 1, &roce(C, A, false, false), 0).is_empty());
     }
+
+    proptest::proptest! {
+        /// Hostile frames on arbitrary ports at arbitrary times: no panic, a frame never
+        /// goes back out of its ingress port nor to a port that was never added, an engine
+        /// port only ever gets RoCE frames, and every frame is counted exactly once.
+        #[test]
+        fn arbitrary_frames_keep_the_invariants(
+            ops in proptest::collection::vec(
+                (0usize..5, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+                 0u64..400, proptest::prelude::any::<bool>()),
+                0..64),
+        ) {
+            let mut sw = Switch::with_table_max(100, 8);
+            [1, 2, 3].iter().for_each(|p| sw.add_port(*p));
+            sw.set_engine(A, 4);
+            let mut out = Vec::new();
+            let mut now = 0;
+            for (n, (port, mut frame, dt, to_a)) in ops.into_iter().enumerate() {
+                // Often aim at the NIC's MAC so steering is exercised.
+                if to_a && frame.len() >= 6 {
+                    frame[..6].copy_from_slice(&A);
+                }
+                now += dt;
+                sw.forward(port, &frame, now, &mut out);
+                proptest::prop_assert!(!out.contains(&port));
+                proptest::prop_assert!(out.iter().all(|p| (1..=4).contains(p)));
+                if out.contains(&4) {
+                    proptest::prop_assert!(is_roce(&frame));
+                }
+                let c = sw.counters();
+                let total = c.forwarded + c.flooded + c.dropped_short + c.dropped_bad_source
+                    + c.dropped_unknown_port + c.dropped_same_port;
+                proptest::prop_assert_eq!(total, n as u64 + 1);
+            }
+        }
+    }
 }
