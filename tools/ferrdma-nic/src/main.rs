@@ -11,7 +11,8 @@ use log::LevelFilter;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use ferrdma_nic::fabric::hub::Hub;
+use ferrdma_nic::fabric::fault::FaultConfig;
+use ferrdma_nic::fabric::hub::{Faults, Hub};
 use ferrdma_nic::server::{bind, serve, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -38,6 +39,15 @@ struct Cli {
     #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
     macs: Vec<[u8; 6]>,
 
+    /// Fault injection on the ports of the --lan socket at position N (0-based), e.g.
+    /// 1:drop=0.05,dup=0.01,reorder=0.01,delay=0.1,delay-ms=20. Repeatable.
+    #[arg(long = "fault", value_name = "N:SPEC", value_parser = parse_fault, requires = "lans")]
+    faults: Vec<(usize, FaultConfig)>,
+
+    /// Seed of the fault injection: the same seed and connection order give the same faults.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    fault_seed: u64,
+
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: LevelFilter,
@@ -58,6 +68,16 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
         return Err(format!("{s}: too many bytes"));
     }
     Ok(mac)
+}
+
+/// Parses `N:SPEC` for --fault.
+fn parse_fault(s: &str) -> Result<(usize, FaultConfig), String> {
+    let (n, spec) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s}: expected N:SPEC"))?;
+    let n = n.parse().map_err(|e| format!("{s}: {e}"))?;
+    let cfg = FaultConfig::parse(spec).map_err(|e| e.to_string())?;
+    Ok((n, cfg))
 }
 
 /// The default MAC of the NIC at position `i`.
@@ -115,7 +135,15 @@ fn main() -> ExitCode {
         let macs: Vec<[u8; 6]> = (0..nics)
             .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
             .collect();
-        match Hub::start(&cli.lans, cli.pcap.as_deref(), &macs) {
+        if let Some((n, _)) = cli.faults.iter().find(|(n, _)| *n >= cli.lans.len()) {
+            log::error!("--fault {n}: there are {} --lan sockets", cli.lans.len());
+            return ExitCode::FAILURE;
+        }
+        let faults = Faults {
+            per_lan: cli.faults.iter().copied().collect(),
+            seed: cli.fault_seed,
+        };
+        match Hub::start(&cli.lans, cli.pcap.as_deref(), &macs, faults) {
             Ok(hub) => lan_files = hub.sockets,
             Err(e) => {
                 log::error!("{e}");

@@ -2,8 +2,8 @@
 //! with given probabilities, and take the link down or up. Pure logic on a logical clock and
 //! a seeded generator, so a run with the same seed and the same inputs is the same run.
 //!
-//! Not wired into the hub yet (see README): the hub would keep one `Link` per egress port,
-//! pass each frame through `send` and call `poll` when `next_due` comes.
+//! The hub keeps one `Link` per faulty egress port (`--fault`), passes each frame through
+//! `send` and calls `poll` when `next_due` comes; its clock ticks in milliseconds.
 
 use std::collections::VecDeque;
 
@@ -16,6 +16,8 @@ pub const MAX_DELAYED: usize = 1024;
 pub enum FaultError {
     #[error("{name} probability {value} is not within 0..=1")]
     Probability { name: &'static str, value: f64 },
+    #[error("fault spec {0:?}: expected KEY=VALUE[,KEY=VALUE...] with keys drop, dup, reorder, delay, delay-ms")]
+    Syntax(String),
 }
 
 /// Per-frame probabilities, each rolled independently in the order drop, duplicate,
@@ -32,6 +34,30 @@ pub struct FaultConfig {
 }
 
 impl FaultConfig {
+    /// Parse `drop=P,dup=P,reorder=P,delay=P,delay-ms=N` (any subset, any order).
+    pub fn parse(spec: &str) -> Result<Self, FaultError> {
+        let bad = || FaultError::Syntax(spec.to_string());
+        let mut c = FaultConfig::default();
+        for item in spec.split(',') {
+            let (k, v) = item.split_once('=').ok_or_else(bad)?;
+            match k {
+                "delay-ms" => c.delay_ticks = v.parse().map_err(|_| bad())?,
+                _ => {
+                    let p: f64 = v.parse().map_err(|_| bad())?;
+                    match k {
+                        "drop" => c.drop = p,
+                        "dup" => c.duplicate = p,
+                        "reorder" => c.reorder = p,
+                        "delay" => c.delay = p,
+                        _ => return Err(bad()),
+                    }
+                }
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
     pub fn validate(&self) -> Result<(), FaultError> {
         for (name, value) in [
             ("drop", self.drop),
@@ -286,6 +312,31 @@ mod tests {
                 ..Default::default()
             };
             assert!(Link::new(cfg, 0).is_err());
+        }
+    }
+
+    #[test]
+    fn specs_parse_strictly() {
+        assert_eq!(
+            FaultConfig::parse("drop=0.5,dup=0.25,reorder=1,delay=0,delay-ms=20"),
+            Ok(FaultConfig {
+                drop: 0.5,
+                duplicate: 0.25,
+                reorder: 1.0,
+                delay: 0.0,
+                delay_ticks: 20,
+            })
+        );
+        for bad in [
+            "",
+            "drop",
+            "drop=x",
+            "lose=0.1",
+            "drop=2",
+            "delay-ms=-1",
+            "drop=0.1,",
+        ] {
+            assert!(FaultConfig::parse(bad).is_err(), "{bad}");
         }
     }
 

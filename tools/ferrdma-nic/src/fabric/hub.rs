@@ -7,6 +7,10 @@
 //! when it is full, frames to that port are dropped and counted, as a congested switch
 //! port would). The switch thread owns the `Switch`, the port queues and the pcap file.
 //!
+//! With `--fault`, frames to the ports of a LAN socket pass through a `fault::Link` first
+//! (seeded by `--fault-seed` and the port id, so a run with the same connection order is
+//! reproducible); delayed frames are released by the switch thread's timer.
+//!
 //! RoCE engine ports are stubs for now: each NIC MAC gets an engine port that counts and
 //! drops the RoCE frames steered to it, until the transport engine is attached.
 
@@ -17,13 +21,14 @@ use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use super::fault::{FaultConfig, Link};
 use super::pcap::PcapWriter;
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
@@ -52,7 +57,8 @@ pub enum HubError {
 }
 
 enum Event {
-    Join(PortId, SyncSender<Vec<u8>>),
+    /// A port connected on the LAN socket with this index.
+    Join(PortId, usize, SyncSender<Vec<u8>>),
     Frame(PortId, Vec<u8>),
     Gone(PortId),
 }
@@ -70,6 +76,7 @@ impl Hub {
         lans: &[PathBuf],
         pcap: Option<&Path>,
         nic_macs: &[Mac],
+        faults: Faults,
     ) -> Result<Self, HubError> {
         let mut bound = Vec::new();
         for path in lans {
@@ -96,13 +103,15 @@ impl Hub {
         let next_port = Arc::new(AtomicUsize::new(nic_macs.len()));
         let live = Arc::new(AtomicUsize::new(0));
         let engines: Vec<(Mac, PortId)> = nic_macs.iter().copied().zip(0..).collect();
-        spawn("fabric-switch", move || run_switch(rx, pcap, engines))?;
-        for (listener, file) in bound {
+        spawn("fabric-switch", move || {
+            run_switch(rx, pcap, engines, faults)
+        })?;
+        for (lan, (listener, file)) in bound.into_iter().enumerate() {
             let tx = tx.clone();
             let next_port = Arc::clone(&next_port);
             let live = Arc::clone(&live);
             spawn("fabric-accept", move || {
-                accept_loop(listener, &file, tx, &next_port, &live)
+                accept_loop(lan, listener, &file, tx, &next_port, &live)
             })?;
         }
         Ok(Hub { sockets })
@@ -117,7 +126,15 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HubError> 
         .map_err(HubError::Spawn)
 }
 
+/// Fault injection settings: per LAN socket index, and the seed.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    pub per_lan: HashMap<usize, FaultConfig>,
+    pub seed: u64,
+}
+
 fn accept_loop(
+    lan: usize,
     listener: UnixListener,
     file: &SocketFile,
     tx: SyncSender<Event>,
@@ -140,7 +157,7 @@ fn accept_loop(
         }
         let port = next_port.fetch_add(1, Ordering::SeqCst);
         log::info!("{name}: port {port} connected");
-        if let Err(e) = start_port(port, stream, tx.clone(), Arc::clone(live)) {
+        if let Err(e) = start_port(port, lan, stream, tx.clone(), Arc::clone(live)) {
             log::error!("{name}: port {port}: {e}");
             live.fetch_sub(1, Ordering::SeqCst);
         }
@@ -149,6 +166,7 @@ fn accept_loop(
 
 fn start_port(
     port: PortId,
+    lan: usize,
     stream: UnixStream,
     tx: SyncSender<Event>,
     live: Arc<AtomicUsize>,
@@ -156,7 +174,7 @@ fn start_port(
     let writer = stream.try_clone().map_err(HubError::Spawn)?;
     let (qtx, qrx) = sync_channel(PORT_QUEUE);
     // Join before the reader starts, so the switch knows the port before its first frame.
-    if tx.send(Event::Join(port, qtx)).is_err() {
+    if tx.send(Event::Join(port, lan, qtx)).is_err() {
         return Ok(());
     }
     spawn("fabric-tx", move || write_loop(port, writer, qrx))?;
@@ -220,6 +238,7 @@ fn run_switch(
     rx: Receiver<Event>,
     mut pcap: Option<PcapWriter<BufWriter<File>>>,
     engines: Vec<(Mac, PortId)>,
+    faults: Faults,
 ) {
     let start = Instant::now();
     let mut sw = Switch::new(AGING_SECS);
@@ -231,16 +250,59 @@ fn run_switch(
     }
     let mut out = Vec::new();
     let mut queue_drops = 0u64;
-    for ev in rx {
+    let mut links: HashMap<PortId, Link> = HashMap::new();
+    let mut ready = Vec::new();
+    let ms = |start: Instant| u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    loop {
+        // Sleep no longer than the next delayed frame is due.
+        let due = links.values().filter_map(Link::next_due).min();
+        let ev = match due {
+            None => match rx.recv() {
+                Ok(ev) => ev,
+                Err(_) => return,
+            },
+            Some(due) => {
+                let wait = Duration::from_millis(due.saturating_sub(ms(start)));
+                match rx.recv_timeout(wait) {
+                    Ok(ev) => ev,
+                    Err(RecvTimeoutError::Timeout) => {
+                        let now = ms(start);
+                        for (p, link) in links.iter_mut() {
+                            ready.clear();
+                            link.poll(now, &mut ready);
+                            if let Some(q) = queues.get(p) {
+                                for f in ready.drain(..) {
+                                    enqueue(q, *p, f, &mut queue_drops);
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        };
         match ev {
-            Event::Join(port, q) => {
+            Event::Join(port, lan, q) => {
                 sw.add_port(port);
                 queues.insert(port, q);
+                if let Some(cfg) = faults.per_lan.get(&lan) {
+                    // Validated when parsed; a failure here would be a bug, so just log.
+                    match Link::new(*cfg, faults.seed ^ port as u64) {
+                        Ok(l) => {
+                            links.insert(port, l);
+                        }
+                        Err(e) => log::error!("port {port}: {e}"),
+                    }
+                }
             }
             Event::Gone(port) => {
                 log::info!("port {port} disconnected");
                 sw.remove_port(port);
                 queues.remove(&port);
+                if let Some(l) = links.remove(&port) {
+                    log::info!("port {port} faults: {:?}", l.counters());
+                }
             }
             Event::Frame(port, frame) => {
                 sw.forward(port, &frame, start.elapsed().as_secs(), &mut out);
@@ -260,18 +322,31 @@ fn run_switch(
                         *n += 1;
                         log::debug!("RoCE engine port {p}: frame {n} dropped (no engine)");
                     } else if let Some(q) = queues.get(p) {
-                        match q.try_send(frame.clone()) {
-                            Ok(()) => {}
-                            Err(TrySendError::Full(_)) => {
-                                queue_drops += 1;
-                                log::debug!("port {p}: queue full, {queue_drops} drops");
+                        if let Some(link) = links.get_mut(p) {
+                            ready.clear();
+                            link.send(frame.clone(), ms(start), &mut ready);
+                            for f in ready.drain(..) {
+                                enqueue(q, *p, f, &mut queue_drops);
                             }
-                            Err(TrySendError::Disconnected(_)) => {}
+                        } else {
+                            enqueue(q, *p, frame.clone(), &mut queue_drops);
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// Queue a frame to a port; a full queue drops it, as a congested switch port would.
+fn enqueue(q: &SyncSender<Vec<u8>>, port: PortId, frame: Vec<u8>, drops: &mut u64) {
+    match q.try_send(frame) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            *drops += 1;
+            log::debug!("port {port}: queue full, {drops} drops");
+        }
+        Err(TrySendError::Disconnected(_)) => {}
     }
 }
 
@@ -309,7 +384,13 @@ mod tests {
     fn two_clients_talk_through_the_switch_and_the_pcap_records_it() {
         let d = tmpdir();
         let (a, b, cap) = (d.join("a.sock"), d.join("b.sock"), d.join("cap.pcap"));
-        let hub = Hub::start(&[a.clone(), b.clone()], Some(&cap), &[[2, 0, 0, 0, 0, 9]]).unwrap();
+        let hub = Hub::start(
+            &[a.clone(), b.clone()],
+            Some(&cap),
+            &[[2, 0, 0, 0, 0, 9]],
+            Faults::default(),
+        )
+        .unwrap();
         let mut ca = UnixStream::connect(&a).unwrap();
         let mut cb = UnixStream::connect(&b).unwrap();
         ca.set_read_timeout(Some(std::time::Duration::from_secs(5)))
@@ -346,6 +427,30 @@ mod tests {
         assert_eq!(ca.read(&mut byte).unwrap_or(0), 0);
         let pcap = std::fs::read(&cap).unwrap();
         assert!(pcap.len() >= 24 + 2 * (16 + 60));
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn faults_apply_to_the_ports_of_their_lan_socket() {
+        let d = tmpdir();
+        let (a, b) = (d.join("a.sock"), d.join("b.sock"));
+        let mut per_lan = HashMap::new();
+        per_lan.insert(1, FaultConfig::parse("dup=1,delay=1,delay-ms=30").unwrap());
+        let faults = Faults { per_lan, seed: 1 };
+        let hub = Hub::start(&[a.clone(), b.clone()], None, &[], faults).unwrap();
+        let mut ca = UnixStream::connect(&a).unwrap();
+        let mut cb = UnixStream::connect(&b).unwrap();
+        cb.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        // Both joins are sent by the acceptors right after accept; give them a moment.
+        thread::sleep(std::time::Duration::from_millis(300));
+        let f = plain([0x52, 0x54, 0, 0, 0, 0xb], [0x52, 0x54, 0, 0, 0, 0xa]);
+        let t0 = Instant::now();
+        send(&mut ca, &f);
+        assert_eq!(recv(&mut cb), f);
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(30));
+        assert_eq!(recv(&mut cb), f, "duplicate");
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
     }
