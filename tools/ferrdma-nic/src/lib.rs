@@ -10,6 +10,7 @@ pub mod bar0;
 pub mod config_space;
 pub mod device;
 pub mod dma;
+pub mod fabric;
 pub mod irq_request;
 pub mod mapping;
 pub mod msix;

@@ -11,6 +11,8 @@ use log::LevelFilter;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+use ferrdma_nic::fabric::fault::FaultConfig;
+use ferrdma_nic::fabric::hub::{Faults, Hub};
 use ferrdma_nic::server::{bind, serve, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -19,14 +21,32 @@ use ferrdma_nic::server::{bind, serve, ServeError, SocketFile};
 struct Cli {
     /// Unix socket to serve one NIC on; repeat for more NICs (one thread each).
     /// Attach with: -device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":PATH}}'
-    #[arg(long = "socket", value_name = "PATH", required = true)]
+    #[arg(long = "socket", value_name = "PATH", required_unless_present = "lans")]
     sockets: Vec<PathBuf>,
+
+    /// Unix socket for one LAN port of the fabric's switch; repeatable. QEMU joins with
+    /// -netdev stream,id=N,server=off,addr.type=unix,addr.path=PATH
+    #[arg(long = "lan", value_name = "PATH")]
+    lans: Vec<PathBuf>,
+
+    /// Write every frame the switch forwards to this pcap file (needs --lan).
+    #[arg(long, value_name = "FILE", requires = "lans")]
+    pcap: Option<PathBuf>,
 
     /// Ethernet MAC of the NIC on the socket at the same position (aa:bb:cc:dd:ee:ff). The
     /// driver binds the RDMA port to the guest network device with this MAC. NICs without one
     /// get 52:54:00:fe:10:NN, NN = position + 1.
     #[arg(long = "mac", value_name = "MAC", value_parser = parse_mac)]
     macs: Vec<[u8; 6]>,
+
+    /// Fault injection on the ports of the --lan socket at position N (0-based), e.g.
+    /// 1:drop=0.05,dup=0.01,reorder=0.01,delay=0.1,delay-ms=20. Repeatable.
+    #[arg(long = "fault", value_name = "N:SPEC", value_parser = parse_fault, requires = "lans")]
+    faults: Vec<(usize, FaultConfig)>,
+
+    /// Seed of the fault injection: the same seed and connection order give the same faults.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    fault_seed: u64,
 
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -48,6 +68,16 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
         return Err(format!("{s}: too many bytes"));
     }
     Ok(mac)
+}
+
+/// Parses `N:SPEC` for --fault.
+fn parse_fault(s: &str) -> Result<(usize, FaultConfig), String> {
+    let (n, spec) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s}: expected N:SPEC"))?;
+    let n = n.parse().map_err(|e| format!("{s}: {e}"))?;
+    let cfg = FaultConfig::parse(spec).map_err(|e| e.to_string())?;
+    Ok((n, cfg))
 }
 
 /// The default MAC of the NIC at position `i`.
@@ -76,7 +106,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut seen = HashSet::new();
-    for s in &cli.sockets {
+    for s in cli.sockets.iter().chain(&cli.lans) {
         if !seen.insert(s) {
             log::error!("{}: given twice", s.display());
             return ExitCode::FAILURE;
@@ -95,7 +125,32 @@ fn main() -> ExitCode {
             }
         }
     }
-    let files: Vec<Arc<SocketFile>> = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
+    let mut files: Vec<Arc<SocketFile>> = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
+    let nics = files.len();
+
+    // The fabric: its RoCE engine ports are stubs that count and drop until the transport
+    // engine is attached (see fabric/hub.rs).
+    let mut lan_files = Vec::new();
+    if !cli.lans.is_empty() {
+        let macs: Vec<[u8; 6]> = (0..nics)
+            .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
+            .collect();
+        if let Some((n, _)) = cli.faults.iter().find(|(n, _)| *n >= cli.lans.len()) {
+            log::error!("--fault {n}: there are {} --lan sockets", cli.lans.len());
+            return ExitCode::FAILURE;
+        }
+        let faults = Faults {
+            per_lan: cli.faults.iter().copied().collect(),
+            seed: cli.fault_seed,
+        };
+        match Hub::start(&cli.lans, cli.pcap.as_deref(), &macs, faults) {
+            Ok(hub) => lan_files = hub.sockets,
+            Err(e) => {
+                log::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
 
     let (tx, rx) = mpsc::channel();
     let mut signals = match Signals::new([SIGTERM, SIGINT]) {
@@ -129,9 +184,11 @@ fn main() -> ExitCode {
     }
     drop(tx);
 
-    let mut remaining = files.len();
+    let mut remaining = nics;
+    files.extend(lan_files);
     let mut failed = false;
-    while remaining > 0 {
+    // Without NICs the fabric runs until a signal.
+    while remaining > 0 || nics == 0 {
         match rx.recv() {
             Ok(Event::Signal(sig)) => {
                 log::info!("signal {sig}: shutting down");
@@ -154,6 +211,8 @@ fn main() -> ExitCode {
             Err(_) => break,
         }
     }
+    // Fabric threads hold references to the LAN socket files: remove them explicitly.
+    files.iter().for_each(|f| f.remove());
     if failed {
         ExitCode::FAILURE
     } else {

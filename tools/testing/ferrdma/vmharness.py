@@ -106,7 +106,7 @@ def to_sysroot_path(path: str) -> str:
 
 
 # Environment variables the harness reads; kept when it re-executes itself in the sysroot.
-PASSED_ENV = ("FERRDMA_ACCEL", "FERRDMA_APPEND", "FERRDMA_INITRD", "FERRDMA_KEEP_RUNS")
+PASSED_ENV = ("FERRDMA_ACCEL", "FERRDMA_APPEND", "FERRDMA_FABRIC", "FERRDMA_INITRD", "FERRDMA_KEEP_RUNS")
 
 
 def reexec_in_sysroot(program: str, args: list[str]) -> None:
@@ -240,6 +240,10 @@ class Config:
     smp: int = 2
     accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
     append: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_APPEND", ""))
+    # FERRDMA_FABRIC=1: join the VMs' virtio-nets through a ferrdma-nic fabric process (its
+    # learning switch, --lan sockets, a pcap in the log directory) instead of directly.
+    fabric: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FERRDMA_FABRIC", "") == "1")
     # An initramfs for kernels that need modules to reach the 9p root (not the ferrdma kernel,
     # which has virtio and 9p built in); it must mount the root and exec the init= program.
     initrd: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_INITRD", ""))
@@ -405,8 +409,12 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
         "-device", "virtio-9p-pci,fsdev=results,mount_tag=results",
         "-device", "virtio-rng-pci",
     ]
-    # The LAN: node 1 listens on the stream socket, node 2 connects to it.
-    if node == 1:
+    # The LAN: node 1 listens on the stream socket, node 2 connects to it; with the fabric,
+    # both connect to their own port of the fabric's switch.
+    if cfg.fabric:
+        lan_sock = f"{lan_sock}.{node}"
+        netdev = f"stream,id=lan,server=off,addr.type=unix,addr.path={lan_sock},reconnect-ms=500"
+    elif node == 1:
         netdev = f"stream,id=lan,server=on,addr.type=unix,addr.path={lan_sock}"
     else:
         netdev = f"stream,id=lan,server=off,addr.type=unix,addr.path={lan_sock},reconnect-ms=500"
@@ -525,8 +533,17 @@ def run(cfg: Config) -> RunResult:
                 for line in tail.lines(final):
                     cfg.on_output(i + 1, line)
 
+    fabric: Child | None = None
     try:
         with _signals_raise():
+            # 0. The fabric, when asked for: one switch port per VM.
+            if cfg.fabric:
+                fabric_bin = cfg.nic or default_nic()
+                argv = [fabric_bin, "--pcap", os.path.join(logdir, "fabric.pcap")]
+                for n in range(1, cfg.vms + 1):
+                    argv += ["--lan", f"{lan_sock}.{n}"]
+                fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
+                _wait_for_socket(f"{lan_sock}.{cfg.vms}", fabric, 15.0)
             # 1. The NICs, each on its own socket.
             for i in range(cfg.vms):
                 if cfg.nic is None:
@@ -542,7 +559,7 @@ def run(cfg: Config) -> RunResult:
                 nic_sock = os.path.join(sockdir, f"nic{i + 1}.sock") if cfg.nic else None
                 qemus[i] = Child(f"vm{i + 1}", qemu_argv(cfg, i + 1, logdir, lan_sock, nic_sock),
                                  os.path.join(logdir, f"qemu{i + 1}.log"))
-                if i == 0 and cfg.vms > 1:
+                if i == 0 and cfg.vms > 1 and not cfg.fabric:
                     _wait_for_socket(lan_sock, qemus[0], 15.0)
             # 3. Wait for every guest to power off, or for the deadline.
             deadline = start + cfg.timeout
@@ -580,6 +597,8 @@ def run(cfg: Config) -> RunResult:
         run_problems.append(str(e))
     finally:
         _stop_all(qemus, nics)
+        if fabric is not None:
+            fabric.stop()
         shutil.rmtree(sockdir, ignore_errors=True)
     wall = time.monotonic() - start
     drain(final=True)
