@@ -31,5 +31,7 @@ exec unshare --mount --propagation private -- bash -euo pipefail -c '
 		HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
 		FERRDMA_CACHE=/ferrdma/cache FERRDMA_SRC=/ferrdma/src \
 		CI="${CI:-}" FERRDMA_VERBOSE="${FERRDMA_VERBOSE:-}" \
+		${FERRDMA_FABRIC:+FERRDMA_FABRIC="$FERRDMA_FABRIC"} \
+		${FERRDMA_ACCEL:+FERRDMA_ACCEL="$FERRDMA_ACCEL"} \
 		"$@"
 ' ferrdma-in-sysroot "$root" "$src" "$FERRDMA_CACHE" "$@"

@@ -240,10 +240,10 @@ class Config:
     smp: int = 2
     accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
     append: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_APPEND", ""))
-    # FERRDMA_FABRIC=1: join the VMs' virtio-nets through a ferrdma-nic fabric process (its
-    # learning switch, --lan sockets, a pcap in the log directory) instead of directly.
+    # The VMs' virtio-nets join through a ferrdma-nic fabric process (its learning switch,
+    # --lan sockets, a pcap in the log directory); FERRDMA_FABRIC=0 joins them directly.
     fabric: bool = dataclasses.field(
-        default_factory=lambda: os.environ.get("FERRDMA_FABRIC", "") == "1")
+        default_factory=lambda: os.environ.get("FERRDMA_FABRIC", "1") != "0")
     # An initramfs for kernels that need modules to reach the 9p root (not the ferrdma kernel,
     # which has virtio and 9p built in); it must mount the root and exec the init= program.
     initrd: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_INITRD", ""))
