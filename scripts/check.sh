@@ -21,6 +21,31 @@ t0=$(date +%s)
 
 step() { log "== $* (+$(( $(date +%s) - t0 ))s)"; }
 
+# check_one NAME CMD...: one test, passed when CMD succeeds.
+check_one() {
+	local name=$1; shift
+	if "$@"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1)); echo "not ok - $name"; return 1
+	fi
+}
+
+# add_verdict NAME LOG RC: adds the counts of LOG's last "N passed, N failed[, N skipped]"
+# line. No such line is one failure; so is a non-zero RC with nothing failed.
+add_verdict() {
+	local name=$1 log=$2 rc=$3 last p f s=0
+	last=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+	if [ -z "$last" ]; then
+		echo "not ok - $name gave no verdict (exit $rc)"; failed=$((failed + 1)); return
+	fi
+	p=$(sed -E 's/.*\b([0-9]+) passed.*/\1/' <<<"$last")
+	f=$(sed -E 's/.*\b([0-9]+) failed.*/\1/' <<<"$last")
+	grep -q skipped <<<"$last" && s=$(sed -E 's/.*\b([0-9]+) skipped.*/\1/' <<<"$last")
+	[ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
+	passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
 # 1. Device model tests.
 step "ferrdma-nic: cargo test"
 (cd "$top/tools/ferrdma-nic" && cargo test --release --locked 2>&1) | tee "$out/cargo-test.log"
@@ -31,62 +56,33 @@ passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + i))
 
 # 1b. Formatting: the kernel's rustfmt rules for our kernel Rust, cargo fmt for the NIC.
 step "style: rustfmt"
-if (cd "$top/tools/ferrdma-nic" && cargo fmt --check >/dev/null); then
-	passed=$((passed + 1))
-else
-	failed=$((failed + 1)); echo "not ok - cargo fmt --check (tools/ferrdma-nic): run cargo fmt"
-fi
+check_one "cargo fmt --check (tools/ferrdma-nic): run make fmt" \
+	bash -c "cd '$top/tools/ferrdma-nic' && cargo fmt --check >/dev/null"
 
 # 2. Kernel and device model binaries.
 step "kernel: build"
-if "$here/kernel.sh"; then
-	passed=$((passed + 1)); kernel_ok=1
-else
-	failed=$((failed + 1)); kernel_ok=0; echo "not ok - kernel build"
-fi
+check_one "kernel build" "$here/kernel.sh" && kernel_ok=1 || kernel_ok=0
 if [ "$kernel_ok" = 1 ]; then
-	if "$here/in-sysroot.sh" bash -c 'cd /ferrdma/src && rustfmt --check --edition 2021 \
+	check_one "rustfmt --check of drivers/ and rust/ (kernel rules): run make fmt" \
+		"$here/in-sysroot.sh" bash -c 'cd /ferrdma/src && rustfmt --check --edition 2021 \
 		--config-path /ferrdma/cache/kernel/src/.rustfmt.toml \
-		$(find drivers rust -name "*.rs")' >/dev/null; then
-		passed=$((passed + 1))
-	else
-		failed=$((failed + 1)); echo "not ok - rustfmt --check of drivers/ and rust/ (kernel rules): run make fmt"
-	fi
+		$(find drivers rust -name "*.rs") >/dev/null'
 fi
 step "ferrdma-nic: release build"
-if "$here/nic.sh"; then
-	passed=$((passed + 1)); nic_ok=1
-else
-	failed=$((failed + 1)); nic_ok=0; echo "not ok - ferrdma-nic build"
-fi
+check_one "ferrdma-nic build" "$here/nic.sh" && nic_ok=1 || nic_ok=0
 
 # 3. The device under a real QEMU, driven by qtest (no guest kernel needed).
 if [ "$nic_ok" = 1 ]; then
 	step "ferrdma-nic: QEMU qtest"
 	"$here/in-sysroot.sh" bash /ferrdma/src/tools/ferrdma-nic/tests/qemu-qtest.sh 2>&1 | tee "$out/qemu-qtest.log"
-	rc=${PIPESTATUS[0]}
-	last=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$out/qemu-qtest.log" | tail -1)
-	p=$(sed -nE 's/.*\b([0-9]+) passed.*/\1/p' <<<"$last"); f=$(sed -nE 's/.*\b([0-9]+) failed.*/\1/p' <<<"$last")
-	[ -n "$p" ] || { p=0; f=1; }
-	[ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
-	passed=$((passed + p)) failed=$((failed + f))
+	add_verdict "QEMU qtest" "$out/qemu-qtest.log" "${PIPESTATUS[0]}"
 fi
 
 # 4. The VM suite.
 if [ "$kernel_ok" = 1 ] && [ "$nic_ok" = 1 ]; then
 	step "VM suite"
 	"$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/run-tests "$@" 2>&1 | tee "$out/vm-suite.log"
-	rc=${PIPESTATUS[0]}
-	last=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$out/vm-suite.log" | tail -1)
-	if [ -z "$last" ]; then
-		echo "VM suite gave no verdict (exit $rc)"; failed=$((failed + 1))
-	else
-		p=$(sed -E 's/.*\b([0-9]+) passed.*/\1/' <<<"$last")
-		f=$(sed -E 's/.*\b([0-9]+) failed.*/\1/' <<<"$last")
-		s=0; grep -q skipped <<<"$last" && s=$(sed -E 's/.*\b([0-9]+) skipped.*/\1/' <<<"$last")
-		[ "$rc" != 0 ] && [ "$f" = 0 ] && f=1
-		passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
-	fi
+	add_verdict "VM suite" "$out/vm-suite.log" "${PIPESTATUS[0]}"
 else
 	echo "VM suite skipped: nothing to boot"
 	failed=$((failed + 1))

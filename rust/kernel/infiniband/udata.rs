@@ -48,9 +48,9 @@ impl<'a> UData<'a> {
         let n = self.inlen().min(out.len());
         out.fill(0);
         if n > 0 {
-            let reader = UserSlice::new(UserPtr::from_ptr(self.raw.inbuf.cast_mut()), n).reader();
-            let mut reader = reader;
-            reader.read_slice(&mut out[..n])?;
+            UserSlice::new(UserPtr::from_ptr(self.raw.inbuf.cast_mut()), n)
+                .reader()
+                .read_slice(&mut out[..n])?;
         }
         Ok(self.inlen())
     }

@@ -3,7 +3,7 @@
 //! The admin queue: a command ring and a completion ring in coherent memory (manual, "Admin
 //! queue"). Commands run one at a time; the driver polls the completion's phase bit.
 
-use crate::{interface as hw, regs, selftest::Bar0};
+use crate::{interface as hw, regs, regs::Bar0};
 use kernel::{
     device,
     dma::Coherent,
@@ -54,6 +54,16 @@ impl RingPos {
 /// Whether a completion's flags show it was written in `phase`.
 pub(crate) const fn completion_ready(flags: u16, phase: bool) -> bool {
     (flags & hw::ACQ_FLAG_PHASE != 0) == phase
+}
+
+/// The header of an admin command; `cmd_id` is filled in by [`AdminQueue::exec`].
+pub(crate) const fn header(opcode: u8) -> hw::AdminHeader {
+    hw::AdminHeader {
+        opcode,
+        flags: 0,
+        cmd_id: 0,
+        rsvd: 0,
+    }
 }
 
 /// Maps an admin status to an errno.
@@ -164,12 +174,7 @@ impl AdminQueue {
     /// QUERY_CAPS: the device's limits.
     pub(crate) fn query_caps(&mut self, bar: &Bar0<'_>) -> Result<hw::Caps> {
         let q = hw::QueryObject {
-            hdr: hw::AdminHeader {
-                opcode: hw::admin_op::QUERY_CAPS,
-                flags: 0,
-                cmd_id: 0,
-                rsvd: 0,
-            },
+            hdr: header(hw::admin_op::QUERY_CAPS),
             id: 0,
             out_len: OUT_BYTES as u32,
             out_addr: self.out.dma_address(),

@@ -6,7 +6,8 @@ use crate::{
     admin::AdminQueue,
     ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
     interface as hw, regs,
-    selftest::{self, Bar0, Version},
+    regs::Bar0,
+    selftest::{self, Version},
 };
 use kernel::{
     device::Core,

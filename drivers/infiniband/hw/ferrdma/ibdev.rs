@@ -5,10 +5,10 @@
 
 use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
-    admin::AdminQueue,
+    admin::{header, AdminQueue},
     id_alloc::IdBitmap,
-    interface as hw, regs,
-    selftest::Bar0,
+    interface as hw,
+    regs::{self, Bar0},
 };
 use kernel::{
     infiniband::{self, DeviceAttr, DriverId, IoMmap, Mtu, RocePort, UContextInit, UData},
@@ -89,16 +89,6 @@ impl PinnedDrop for IbData<'_> {
     fn drop(self: Pin<&mut Self>) {
         self.bar
             .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
-    }
-}
-
-/// An admin command header.
-const fn header(opcode: u8) -> hw::AdminHeader {
-    hw::AdminHeader {
-        opcode,
-        flags: 0,
-        cmd_id: 0,
-        rsvd: 0,
     }
 }
 

@@ -6,7 +6,13 @@
 //! compile time against the shared definitions in [`crate::interface`].
 
 use crate::interface as hw;
-use kernel::io::{register, register::Register};
+use kernel::{
+    io::{register, register::Register},
+    pci,
+};
+
+/// The mapped BAR0 of a ferrdma function.
+pub(crate) type Bar0<'bound> = pci::Bar<'bound, { hw::BAR0_SIZE }>;
 
 register! {
     /// Device identification: always [`hw::DEVICE_ID_MAGIC`].

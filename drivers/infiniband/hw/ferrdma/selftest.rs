@@ -5,7 +5,7 @@
 //! These prove the whole path (registers, interrupts, guest memory mapped into the device
 //! model) before anything is built on it. The pure parts are KUnit-tested below.
 
-use crate::{interface as hw, regs};
+use crate::{interface as hw, regs, regs::Bar0};
 use kernel::{
     device,
     dma::{Coherent, CoherentBox},
@@ -16,9 +16,6 @@ use kernel::{
     sync::atomic::{Atomic, Relaxed},
     time::{delay::fsleep, Delta},
 };
-
-/// The mapped BAR0 of a ferrdma function.
-pub(crate) type Bar0<'bound> = pci::Bar<'bound, { hw::BAR0_SIZE }>;
 
 /// How long to wait for one test interrupt: generous, as TCG guests can be slow.
 const IRQ_TIMEOUT_MS: u32 = 2000;
