@@ -147,34 +147,26 @@ fn remote_access_errors_hit_both_sides() {
         ),
         0
     );
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::RDMA_READ,
             sges: vec![r.buf_a.sg(0, 8)],
             hdr_low: r.buf_b.stag,
             qw2: r.buf_b.va,
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::REM_ACCESS))
     );
     // A wrong rkey key byte.
     let mut r = Rig::rc();
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::RDMA_WRITE,
             sges: vec![r.buf_a.sg(0, 8)],
             hdr_low: r.buf_b.stag ^ 0xff,
             qw2: r.buf_b.va,
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::REM_ACCESS))
     );
 }
@@ -211,16 +203,12 @@ fn rnr_retry_and_retry_exceeded() {
         ),
         0
     );
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::SEND,
             sges: vec![r.buf_a.sg(0, 8)],
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::RNR_RETRY_EXC))
     );
     assert!(events(&mut r)
@@ -267,18 +255,14 @@ fn rnr_retry_and_retry_exceeded() {
         ),
         0
     );
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::RDMA_WRITE,
             sges: vec![r.buf_a.sg(0, 8)],
             hdr_low: r.buf_b.stag,
             qw2: r.buf_b.va,
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::RETRY_EXC))
     );
     assert!(events(&mut r)
@@ -290,16 +274,12 @@ fn rnr_retry_and_retry_exceeded() {
 fn message_too_long_for_the_receive() {
     let mut r = Rig::rc();
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 16)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::SEND,
             sges: vec![r.buf_a.sg(0, 17)],
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::REM_INV_REQ))
     );
     assert_eq!(
@@ -314,16 +294,12 @@ fn message_too_long_for_the_receive() {
     let mut r = Rig::rc();
     let ro = r.h.reg_mr(0x9_00, 1, 0, 0x1000);
     r.h.post_recv(&mut r.b, &[ro.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::SEND,
             sges: vec![r.buf_a.sg(0, 8)],
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::REM_OP))
     );
     assert_eq!(r.h.poll_cq(&mut r.cq_b)[0].error(), Some((1, flush::PROT)));

@@ -1022,6 +1022,14 @@ impl Rig {
     }
 }
 
+impl Rig {
+    /// Posts `wr` on QP A and returns the error of the first completion on A's CQ.
+    pub fn first_error(&mut self, wr: &Wr) -> Option<(u16, u16)> {
+        self.h.send(&mut self.a, wr);
+        self.h.poll_cq(&mut self.cq_a)[0].error()
+    }
+}
+
 /// A byte pattern depending on position and seed.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

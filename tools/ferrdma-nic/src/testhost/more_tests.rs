@@ -111,18 +111,14 @@ fn link_down_fails_rc_sends_and_raises_port_events() {
         .poll_eq(&mut r.aeq)
         .iter()
         .any(|e| e.code == ae::PORT_DOWN));
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::RDMA_WRITE,
             sges: vec![r.buf_a.sg(0, 8)],
             hdr_low: r.buf_b.stag,
             qw2: r.buf_b.va,
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::RETRY_EXC))
     );
 }
@@ -233,17 +229,13 @@ fn gsi_qp_receives_ud_traffic_for_qp1() {
 fn send_with_invalidate_of_a_bad_stag() {
     let mut r = Rig::rc();
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
+    assert_eq!(
+        r.first_error(&Wr {
             opcode: sq_op::SEND_SOL_INV,
             sges: vec![r.buf_a.sg(0, 8)],
             hdr_low: 0x777,
             ..Default::default()
-        },
-    );
-    assert_eq!(
-        r.h.poll_cq(&mut r.cq_a)[0].error(),
+        }),
         Some((1, flush::REM_INV_REQ))
     );
     assert_eq!(
