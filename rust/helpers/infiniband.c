@@ -42,3 +42,45 @@ __rust_helper pgprot_t rust_helper_pgprot_noncached(pgprot_t prot)
 	return pgprot_noncached(prot);
 }
 #endif
+
+#if IS_BUILTIN(CONFIG_INFINIBAND)
+#include <rdma/ib_umem.h>
+#include <rdma/iter.h>
+#include <rdma/uverbs_ioctl.h>
+
+__rust_helper struct ib_umem *rust_helper_ib_umem_get_va(struct ib_device *device,
+							 unsigned long addr, size_t size,
+							 int access)
+{
+	return ib_umem_get_va(device, addr, size, access);
+}
+
+__rust_helper size_t rust_helper_ib_umem_num_dma_blocks(struct ib_umem *umem,
+							unsigned long pgsz)
+{
+	return ib_umem_num_dma_blocks(umem, pgsz);
+}
+
+__rust_helper void rust_helper___rdma_umem_block_iter_start(struct ib_block_iter *biter,
+							    struct ib_umem *umem,
+							    unsigned long pgsz)
+{
+	__rdma_umem_block_iter_start(biter, umem, pgsz);
+}
+
+__rust_helper bool rust_helper___rdma_umem_block_iter_next(struct ib_block_iter *biter)
+{
+	return __rdma_umem_block_iter_next(biter);
+}
+
+__rust_helper dma_addr_t rust_helper_rdma_block_iter_dma_address(struct ib_block_iter *biter)
+{
+	return rdma_block_iter_dma_address(biter);
+}
+
+/* The user context a uverbs command runs in (rdma_udata_to_drv_context without container_of). */
+__rust_helper struct ib_ucontext *rust_helper_rdma_udata_context(struct ib_udata *udata)
+{
+	return rdma_udata_to_uverbs_attr_bundle(udata)->context;
+}
+#endif

@@ -3,8 +3,13 @@
 //! RDMA device allocation, registration and the ops table.
 
 use super::{
+    ah::{self, AhObject},
     attr,
+    cq::{self, CqObject},
+    irq::{Msix, Vectors},
+    mr,
     netdev::NetdevBinding,
+    qp::{self, QpObject},
     ucontext::{self, PdObject, UContextInit, UContextObject},
     udata::UData,
     DeviceAttr, Driver,
@@ -101,6 +106,7 @@ pub struct RegistrationParams {
 pub struct Registration<'a, T: Driver> {
     dev: NonNull<Device<T>>,
     netdev: Pin<KBox<NetdevBinding>>,
+    irqs: Option<Vectors<'a, T>>,
     _data: Pin<KBox<T::RegistrationData<'a>>>,
     _p: PhantomData<&'a ()>,
 }
@@ -113,6 +119,10 @@ unsafe impl<T: Driver> Sync for Registration<'_, T> {}
 impl<'a, T: Driver> Registration<'a, T> {
     /// Allocates, binds and registers an RDMA device with one RoCE port under `parent`.
     ///
+    /// With `msix`, the vectors are allocated and each interrupt is handed to
+    /// [`Driver::handle_irq`] from before the device is registered until after it is
+    /// unregistered.
+    ///
     /// # Safety
     ///
     /// The returned registration must not be leaked (`mem::forget` or similar): it must be
@@ -121,6 +131,7 @@ impl<'a, T: Driver> Registration<'a, T> {
         parent: &'a device::Device<device::Bound>,
         module: &'static ThisModule,
         params: RegistrationParams,
+        msix: Option<Msix<'a>>,
         data: impl PinInit<T::RegistrationData<'a>, Error>,
     ) -> Result<Self> {
         let data = KBox::pin_init(data, GFP_KERNEL)?;
@@ -153,6 +164,13 @@ impl<'a, T: Driver> Registration<'a, T> {
             bindings::ib_set_device_ops(raw, &ops);
         }
 
+        let irqs = match msix {
+            // SAFETY: `reg_data` is set above; the vectors are dropped in `Drop` (or on the
+            // error paths below) before `data`.
+            Some(m) => Some(unsafe { Vectors::new(&m, dev) }?),
+            None => None,
+        };
+
         let netdev = KBox::pin_init(NetdevBinding::new(raw, 1, params.netdev_mac), GFP_KERNEL)?;
         netdev.as_ref().register()?;
 
@@ -166,6 +184,7 @@ impl<'a, T: Driver> Registration<'a, T> {
         Ok(Self {
             dev,
             netdev,
+            irqs,
             _data: data,
             _p: PhantomData,
         })
@@ -189,6 +208,8 @@ impl<T: Driver> Drop for Registration<'_, T> {
         // SAFETY: The device was registered in `new`; after this returns no callback runs.
         unsafe { bindings::ib_unregister_device(raw) };
         self.netdev.as_ref().unregister();
+        // No handler may run once the data goes.
+        self.irqs = None;
         // SAFETY: The device is unregistered and nothing references it any more.
         unsafe { bindings::ib_dealloc_device(raw) };
     }
@@ -227,8 +248,67 @@ impl<T: Driver> VTable<T> {
         mmap_free: Some(ucontext::mmap_free),
         alloc_pd: Some(Self::alloc_pd),
         dealloc_pd: Some(Self::dealloc_pd),
+        reg_user_mr: if T::HAS_REG_USER_MR {
+            Some(mr::reg_user_mr::<T>)
+        } else {
+            None
+        },
+        dereg_mr: if T::HAS_DEREG_MR {
+            Some(mr::dereg_mr::<T>)
+        } else {
+            None
+        },
+        create_cq: if T::HAS_CREATE_CQ {
+            Some(cq::create_cq::<T>)
+        } else {
+            None
+        },
+        destroy_cq: if T::HAS_DESTROY_CQ {
+            Some(cq::destroy_cq::<T>)
+        } else {
+            None
+        },
+        create_qp: if T::HAS_CREATE_QP {
+            Some(qp::create_qp::<T>)
+        } else {
+            None
+        },
+        modify_qp: if T::HAS_MODIFY_QP {
+            Some(qp::modify_qp::<T>)
+        } else {
+            None
+        },
+        query_qp: if T::HAS_QUERY_QP {
+            Some(qp::query_qp::<T>)
+        } else {
+            None
+        },
+        destroy_qp: if T::HAS_DESTROY_QP {
+            Some(qp::destroy_qp::<T>)
+        } else {
+            None
+        },
+        create_ah: if T::HAS_CREATE_AH {
+            Some(ah::create_ah::<T>)
+        } else {
+            None
+        },
+        // User AHs come through their own op; the trampoline serves both.
+        create_user_ah: if T::HAS_CREATE_AH {
+            Some(ah::create_ah::<T>)
+        } else {
+            None
+        },
+        destroy_ah: if T::HAS_DESTROY_AH {
+            Some(ah::destroy_ah::<T>)
+        } else {
+            None
+        },
         size_ib_ucontext: UContextObject::<T>::SIZE,
         size_ib_pd: PdObject::<T>::SIZE,
+        size_ib_cq: CqObject::<T>::SIZE,
+        size_ib_qp: QpObject::<T>::SIZE,
+        size_ib_ah: AhObject::<T>::SIZE,
         // SAFETY: `ib_device_ops` is a table of integers and nullable pointers.
         ..unsafe { core::mem::zeroed() }
     };

@@ -9,18 +9,33 @@
 //! unregisters the device when dropped. All `unsafe` code a provider needs lives here, so the
 //! driver itself stays in safe Rust.
 
+pub mod ah;
 pub mod attr;
+pub mod av;
+pub mod cq;
 pub mod device;
+pub mod events;
+pub mod irq;
+pub mod mr;
 mod netdev;
+pub mod qp;
 pub mod ucontext;
 pub mod udata;
+pub mod umem;
 
 pub use attr::{DeviceAttr, Mtu, RocePort};
+pub use av::Av;
+pub use cq::{CqInitAttr, NewCq};
 pub use device::{Device, Registration, RegistrationParams};
+pub use events::{CqEvents, QpEvent, QpEvents};
+pub use irq::Msix;
+pub use mr::{Access, NewMr, UserMrRequest};
+pub use qp::{NewQp, QpAttr, QpCap, QpInitAttr, QpQuery, QpState, QpType};
 pub use ucontext::{IoMmap, UContextInit};
 pub use udata::UData;
+pub use umem::Umem;
 
-use crate::{bindings, prelude::*};
+use crate::{bindings, irq::IrqReturn, prelude::*};
 
 /// Identifies the user-space provider library that drives a device (`enum rdma_driver_id`).
 ///
@@ -51,6 +66,18 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// Driver data of a protection domain (`ib_pd`).
     type Pd: Send + Sync;
+
+    /// Driver data of a memory region (`ib_mr`).
+    type Mr: Send + Sync;
+
+    /// Driver data of a completion queue (`ib_cq`).
+    type Cq: Send + Sync;
+
+    /// Driver data of a queue pair (`ib_qp`).
+    type Qp: Send + Sync;
+
+    /// Driver data of an address handle (`ib_ah`).
+    type Ah: Send + Sync;
 
     /// The user-space provider this device works with.
     const DRIVER_ID: DriverId;
@@ -98,5 +125,94 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// The GID at `index` was removed from the port's GID table (`del_gid`).
     fn del_gid(_data: &Self::RegistrationData<'_>, _port: u32, _index: u32) -> Result {
         Ok(())
+    }
+
+    /// Interrupt `vector` of the registration's [`Msix`] vectors fired. Hard IRQ context.
+    fn handle_irq(_data: &Self::RegistrationData<'_>, _vector: u32) -> IrqReturn {
+        IrqReturn::None
+    }
+
+    /// Registers user memory (`reg_user_mr`), already pinned as `umem`, in context `ctx`.
+    fn reg_user_mr(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _pd: &Self::Pd,
+        _req: &UserMrRequest,
+        _umem: Umem,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Self::Mr>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Deregisters a memory region (`dereg_mr`); on success the abstraction drops `mr`. An
+    /// error (e.g. `EBUSY` while something uses it) keeps the region.
+    fn dereg_mr(_data: &Self::RegistrationData<'_>, _mr: &Self::Mr) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Creates a user CQ (`create_cq`); `events` delivers its completion and error events.
+    fn create_cq(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _attr: &CqInitAttr,
+        _events: CqEvents,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewCq<Self::Cq>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Destroys a CQ (`destroy_cq`). When it returns `Ok`, the device must no longer write
+    /// the CQ; the abstraction then revokes its event handle and drops `cq`.
+    fn destroy_cq(_data: &Self::RegistrationData<'_>, _cq: &Self::Cq) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Creates a user QP (`create_qp`); the driver may update `attr.cap`.
+    fn create_qp(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _pd: &Self::Pd,
+        _attr: &mut QpInitAttr<'_, Self>,
+        _events: QpEvents,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewQp<Self::Qp>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Modifies a QP (`modify_qp`); `mask` holds [`qp::attr_mask`] bits.
+    fn modify_qp(
+        _data: &Self::RegistrationData<'_>,
+        _qp: &Self::Qp,
+        _attr: &QpAttr,
+        _mask: u32,
+        _udata: Option<&mut UData<'_>>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Reports a QP's attributes (`query_qp`).
+    fn query_qp(_data: &Self::RegistrationData<'_>, _qp: &Self::Qp) -> Result<QpQuery> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Destroys a QP (`destroy_qp`); see [`Driver::destroy_cq`] for what `Ok` promises.
+    fn destroy_qp(_data: &Self::RegistrationData<'_>, _qp: &Self::Qp) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Creates an address handle (`create_ah`); `sleepable` is false in atomic context.
+    fn create_ah(
+        _data: &Self::RegistrationData<'_>,
+        _pd: &Self::Pd,
+        _av: &Av,
+        _sleepable: bool,
+        _udata: Option<&mut UData<'_>>,
+    ) -> Result<Self::Ah> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Destroys an address handle (`destroy_ah`).
+    fn destroy_ah(_data: &Self::RegistrationData<'_>, _ah: &Self::Ah, _sleepable: bool) -> Result {
+        Err(EOPNOTSUPP)
     }
 }

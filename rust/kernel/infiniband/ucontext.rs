@@ -152,3 +152,25 @@ pub(crate) unsafe extern "C" fn mmap_free(entry: *mut bindings::rdma_user_mmap_e
     // SAFETY: The entry came from `KBox::into_raw` in `insert_io_mmap` (`raw` is at offset 0).
     drop(unsafe { KBox::from_raw(entry.cast::<IoMmapEntry>()) });
 }
+
+/// The driver data of the user context a uverbs command runs in; `None` for kernel callers.
+///
+/// # Safety
+///
+/// `udata` is null or the driver udata of a uverbs command on a device of driver `T`, made in
+/// a context `alloc_ucontext` initialised; the result must not outlive the command.
+pub(crate) unsafe fn udata_context<'a, T: Driver>(
+    udata: *mut bindings::ib_udata,
+) -> Option<&'a T::UContext> {
+    if udata.is_null() {
+        return None;
+    }
+    // SAFETY: `udata` is embedded in a `uverbs_attr_bundle` (function contract).
+    let uctx = unsafe { bindings::rdma_udata_context(udata) };
+    if uctx.is_null() {
+        return None;
+    }
+    // SAFETY: The context is a `UContextObject<T>` whose data is initialised and lives at
+    // least until the command returns.
+    Some(unsafe { (*uctx.cast::<UContextObject<T>>()).data.assume_init_ref() })
+}

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions (`struct ib_mr`) registered from user memory.
+//!
+//! Unlike PDs, CQs and QPs, MRs are allocated by the provider: the object is a [`KBox`] with
+//! the `ib_mr` at offset 0, handed to ib_core on registration and freed when the driver agrees
+//! to deregister.
+
+use super::{
+    device::Device,
+    ucontext::{udata_context, PdObject},
+    udata::UData,
+    umem::Umem,
+    Driver,
+};
+use crate::{bindings, ffi::c_int, prelude::*, types::Opaque};
+
+/// IB access flags of a memory registration or QP (`enum ib_access_flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access(pub(crate) u32);
+
+impl Access {
+    /// Local write (`IB_ACCESS_LOCAL_WRITE`); local read is always allowed.
+    pub const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
+    /// Remote write.
+    pub const REMOTE_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
+    /// Remote read.
+    pub const REMOTE_READ: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ;
+    /// Remote atomic.
+    pub const REMOTE_ATOMIC: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
+    /// Memory window binding.
+    pub const MW_BIND: u32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND;
+    /// Zero-based addressing: the device address of the first byte is 0 plus its offset in
+    /// the first page, not the user's iova.
+    pub const ZERO_BASED: u32 = bindings::ib_access_flags_IB_ZERO_BASED;
+    /// Optional hints (relaxed ordering and friends) a device may ignore.
+    pub const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
+
+    /// Wraps raw flags.
+    pub const fn new(bits: u32) -> Self {
+        Self(bits)
+    }
+
+    /// The raw flags.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag in `flags` is set.
+    pub const fn contains(self, flags: u32) -> bool {
+        self.0 & flags == flags
+    }
+
+    /// The flags outside `supported`, ignoring the optional hints.
+    pub const fn unsupported(self, supported: u32) -> u32 {
+        self.0 & !(supported | Self::OPTIONAL)
+    }
+}
+
+/// A `reg_user_mr` request.
+#[derive(Clone, Copy, Debug)]
+pub struct UserMrRequest {
+    /// User address of the first byte.
+    pub start: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Device (virtual) address of the first byte.
+    pub iova: u64,
+    /// Access rights.
+    pub access: Access,
+}
+
+/// A registered memory region, as the driver returns it.
+pub struct NewMr<M> {
+    /// The driver's data.
+    pub value: M,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// The allocation of a memory region of driver `T`.
+#[repr(C)]
+struct MrObject<T: Driver> {
+    raw: Opaque<bindings::ib_mr>,
+    data: T::Mr,
+}
+
+/// `reg_user_mr`.
+///
+/// # Safety
+///
+/// Called by ib_core for a user PD of a device of driver `T`.
+pub(crate) unsafe extern "C" fn reg_user_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    start: u64,
+    length: u64,
+    iova: u64,
+    access: c_int,
+    dmah: *mut bindings::ib_dmah,
+    udata: *mut bindings::ib_udata,
+) -> *mut bindings::ib_mr {
+    let run = || -> Result<*mut bindings::ib_mr> {
+        if !dmah.is_null() {
+            return Err(EOPNOTSUPP);
+        }
+        // SAFETY: `udata` is null or valid for this call (callback contract).
+        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+        // SAFETY: As above.
+        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
+        let (ib, pd_data) = unsafe {
+            (
+                (*pd).device,
+                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: `ib` is a device of driver `T` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let access = Access(access as u32);
+        let req = UserMrRequest {
+            start,
+            length,
+            iova,
+            access,
+        };
+        // Allocate before the driver programs the device, so nothing can fail afterwards.
+        let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
+        // SAFETY: A uverbs command of the process that owns the memory, on a live device.
+        let umem = unsafe { Umem::get(ib, start, length, access) }?;
+        // SAFETY: Called from an ib_core callback.
+        let mr =
+            unsafe { dev.with_data(|d| T::reg_user_mr(d, ctx, pd_data, &req, umem, &mut ud)) }?;
+        let obj = KBox::write(
+            slot,
+            MrObject {
+                // SAFETY: An all-zero `ib_mr` is the state ib_core expects from a provider.
+                raw: unsafe { core::mem::zeroed() },
+                data: mr.value,
+            },
+        );
+        let raw = KBox::into_raw(obj).cast::<bindings::ib_mr>();
+        // SAFETY: `raw` is the fresh, not yet shared `ib_mr`.
+        unsafe {
+            (*raw).lkey = mr.lkey;
+            (*raw).rkey = mr.rkey;
+        }
+        Ok(raw)
+    };
+    run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// `dereg_mr`.
+///
+/// # Safety
+///
+/// Called by ib_core with an MR returned by [`reg_user_mr`].
+pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    _udata: *mut bindings::ib_udata,
+) -> c_int {
+    let obj = mr.cast::<MrObject<T>>();
+    // SAFETY: `mr` is the head of a live `MrObject<T>` (it came from `reg_user_mr`).
+    let (dev, data) = unsafe { (Device::<T>::from_raw((*mr).device), &(*obj).data) };
+    // SAFETY: Called from an ib_core callback.
+    match unsafe { dev.with_data(|d| T::dereg_mr(d, data)) } {
+        Ok(()) => {
+            // SAFETY: The driver released the MR; ib_core forgets it when we return 0.
+            drop(unsafe { KBox::from_raw(obj) });
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
+}

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Pinned user memory (`struct ib_umem`).
+//!
+//! C header: [`include/rdma/ib_umem.h`](srctree/include/rdma/ib_umem.h).
+
+use super::mr::Access;
+use crate::{bindings, error::from_err_ptr, prelude::*};
+use core::ptr::NonNull;
+
+/// User memory pinned and DMA-mapped for a device.
+///
+/// # Invariants
+///
+/// `raw` came from `ib_umem_get_va()` and is released exactly once, on drop.
+pub struct Umem {
+    raw: NonNull<bindings::ib_umem>,
+}
+
+// SAFETY: An `ib_umem` is not tied to the thread that pinned it; release may run anywhere
+// that may sleep, which is where the owning objects are destroyed.
+unsafe impl Send for Umem {}
+// SAFETY: Shared references only read immutable fields and walk the immutable SG table.
+unsafe impl Sync for Umem {}
+
+impl Umem {
+    /// Pins `[addr, addr + len)` of the calling process for `ib` with IB access flags
+    /// `access` (writable if any write access is requested).
+    ///
+    /// # Safety
+    ///
+    /// `ib` is a valid, registered `ib_device`, and the call is made from a uverbs command of
+    /// the process that owns the memory.
+    pub(crate) unsafe fn get(
+        ib: *mut bindings::ib_device,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Self> {
+        let addr = usize::try_from(addr)?;
+        let len = usize::try_from(len)?;
+        // SAFETY: Guaranteed by the caller; the function checks the range and the flags.
+        let raw =
+            from_err_ptr(unsafe { bindings::ib_umem_get_va(ib, addr as _, len, access.0 as _) })?;
+        let raw = NonNull::new(raw).ok_or(EFAULT)?;
+        // INVARIANT: `raw` was just returned by `ib_umem_get_va()`.
+        Ok(Self { raw })
+    }
+
+    /// The user address the memory starts at.
+    pub fn address(&self) -> u64 {
+        // SAFETY: `raw` is valid (type invariant); the field is immutable.
+        unsafe { (*self.raw.as_ptr()).address as u64 }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        // SAFETY: `raw` is valid (type invariant); the field is immutable.
+        unsafe { (*self.raw.as_ptr()).length as u64 }
+    }
+
+    /// Whether the region is empty (never, for a pinned region).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The largest page size in `pgsz_bitmap` that can map the memory with `iova` as the
+    /// device address of its first byte; `None` if none can.
+    pub fn best_page_size(&self, pgsz_bitmap: u64, iova: u64) -> Option<u64> {
+        // SAFETY: `raw` is valid (type invariant).
+        let pgsz =
+            unsafe { bindings::ib_umem_find_best_pgsz(self.raw.as_ptr(), pgsz_bitmap as _, iova) };
+        (pgsz != 0).then_some(pgsz as u64)
+    }
+
+    /// Number of `pgsz` blocks covering the memory.
+    pub fn num_blocks(&self, pgsz: u64) -> usize {
+        // SAFETY: `raw` is valid (type invariant).
+        unsafe { bindings::ib_umem_num_dma_blocks(self.raw.as_ptr(), pgsz as _) }
+    }
+
+    /// The bus addresses of the memory's `pgsz` blocks, in order.
+    ///
+    /// `pgsz` must be at most `PAGE_SIZE` or a value [`Self::best_page_size`] returned;
+    /// otherwise `EINVAL`.
+    pub fn dma_blocks(&self, pgsz: u64) -> Result<DmaBlocks<'_>> {
+        if !pgsz.is_power_of_two() {
+            return Err(EINVAL);
+        }
+        if pgsz > crate::page::PAGE_SIZE as u64
+            && self.best_page_size(pgsz, self.address()) != Some(pgsz)
+        {
+            return Err(EINVAL);
+        }
+        // SAFETY: An all-zero iterator is its initial state; it is started below.
+        let mut iter: bindings::ib_block_iter = unsafe { core::mem::zeroed() };
+        // SAFETY: `raw` is valid and `pgsz` fits the mapping (checked above).
+        unsafe { bindings::__rdma_umem_block_iter_start(&mut iter, self.raw.as_ptr(), pgsz as _) };
+        Ok(DmaBlocks { iter, _umem: self })
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is released exactly once (type invariant).
+        unsafe { bindings::ib_umem_release(self.raw.as_ptr()) };
+    }
+}
+
+/// Iterator over the bus addresses of a [`Umem`]'s blocks; see [`Umem::dma_blocks`].
+pub struct DmaBlocks<'a> {
+    iter: bindings::ib_block_iter,
+    _umem: &'a Umem,
+}
+
+impl Iterator for DmaBlocks<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        // SAFETY: The iterator was started on the umem, which `'a` keeps alive.
+        if unsafe { bindings::__rdma_umem_block_iter_next(&mut self.iter) } {
+            // SAFETY: The iterator holds a current block.
+            Some(unsafe { bindings::rdma_block_iter_dma_address(&mut self.iter) })
+        } else {
+            None
+        }
+    }
+}
