@@ -97,6 +97,167 @@ impl AllocPdResp {
     }
 }
 
+/// Little-endian field readers for request decoding.
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut q = [0u8; 8];
+    q.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(q)
+}
+
+/// `irdma_mem_reg_req.reg_type`: an ordinary memory region.
+pub(crate) const MEMREG_TYPE_MEM: u16 = 0;
+/// `irdma_mem_reg_req.reg_type`: the rings and shadow area of a QP being created.
+pub(crate) const MEMREG_TYPE_QP: u16 = 1;
+/// `irdma_mem_reg_req.reg_type`: the ring (and shadow area) of a CQ being created.
+pub(crate) const MEMREG_TYPE_CQ: u16 = 2;
+
+/// `struct irdma_mem_reg_req` (8 bytes). For MEM registrations libirdma leaves the page
+/// counts uninitialised, so they mean nothing there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MemRegReq {
+    pub(crate) reg_type: u16,
+    pub(crate) cq_pages: u16,
+    pub(crate) rq_pages: u16,
+    pub(crate) sq_pages: u16,
+}
+
+impl MemRegReq {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        Self {
+            reg_type: le_u16(b, 0),
+            cq_pages: le_u16(b, 2),
+            rq_pages: le_u16(b, 4),
+            sq_pages: le_u16(b, 6),
+        }
+    }
+}
+
+/// `struct irdma_create_cq_req` (16 bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CreateCqReq {
+    pub(crate) user_cq_buf: u64,
+    pub(crate) user_shadow_area: u64,
+}
+
+impl CreateCqReq {
+    pub(crate) const SIZE: usize = 16;
+    /// Shortest request accepted (i40iw-era libraries sent only the ring address).
+    pub(crate) const MIN_SIZE: usize = 8;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        Self {
+            user_cq_buf: le_u64(b, 0),
+            user_shadow_area: le_u64(b, 8),
+        }
+    }
+}
+
+/// `struct irdma_create_cq_resp` (8 bytes).
+pub(crate) struct CreateCqResp {
+    pub(crate) cq_id: u32,
+    pub(crate) cq_size: u32,
+}
+
+impl CreateCqResp {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&self.cq_id.to_le_bytes());
+        b[4..8].copy_from_slice(&self.cq_size.to_le_bytes());
+        b
+    }
+}
+
+/// `struct irdma_create_qp_req`: 16 bytes from rdma-core 56, 32 from 65 (two legacy zero
+/// qwords appended); both are accepted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CreateQpReq {
+    pub(crate) user_wqe_bufs: u64,
+    pub(crate) user_compl_ctx: u64,
+}
+
+impl CreateQpReq {
+    pub(crate) const SIZE: usize = 16;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        Self {
+            user_wqe_bufs: le_u64(b, 0),
+            user_compl_ctx: le_u64(b, 8),
+        }
+    }
+}
+
+/// `irdma_create_qp_resp.qp_caps`: RDMA WRITE with immediate.
+pub(crate) const QP_CAP_WRITE_WITH_IMM: u32 = 1 << 0;
+/// `irdma_create_qp_resp.qp_caps`: SEND with immediate (also selects RoCE receive opcodes).
+pub(crate) const QP_CAP_SEND_WITH_IMM: u32 = 1 << 1;
+/// `irdma_create_qp_resp.qp_caps`: a RoCE QP.
+pub(crate) const QP_CAP_ROCE: u32 = 1 << 2;
+
+/// `struct irdma_create_qp_resp` (24 bytes).
+pub(crate) struct CreateQpResp {
+    pub(crate) qp_id: u32,
+    pub(crate) actual_sq_size: u32,
+    pub(crate) actual_rq_size: u32,
+    pub(crate) qp_caps: u32,
+}
+
+impl CreateQpResp {
+    pub(crate) const SIZE: usize = 24;
+    /// Shortest response buffer accepted (through `qp_caps`' predecessor fields).
+    pub(crate) const MIN_SIZE: usize = 20;
+
+    pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&self.qp_id.to_le_bytes());
+        b[4..8].copy_from_slice(&self.actual_sq_size.to_le_bytes());
+        b[8..12].copy_from_slice(&self.actual_rq_size.to_le_bytes());
+        // 12: irdma_drv_opt, 16: push_idx, 18: lsmm (0: no iWARP connection WQEs), 19: rsvd.
+        b[20..24].copy_from_slice(&self.qp_caps.to_le_bytes());
+        b
+    }
+}
+
+/// `struct irdma_modify_qp_req` (8 bytes): the reflush request of a QP in ERR.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ModifyQpReq {
+    pub(crate) sq_flush: bool,
+    pub(crate) rq_flush: bool,
+}
+
+impl ModifyQpReq {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        Self {
+            sq_flush: b[0] != 0,
+            rq_flush: b[1] != 0,
+        }
+    }
+}
+
+/// `struct irdma_create_ah_resp` (8 bytes).
+pub(crate) struct CreateAhResp {
+    pub(crate) ah_id: u32,
+}
+
+impl CreateAhResp {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
+        let mut b = [0u8; Self::SIZE];
+        b[0..4].copy_from_slice(&self.ah_id.to_le_bytes());
+        b
+    }
+}
+
 #[kunit_tests(ferrdma_abi)]
 mod tests {
     use super::*;
@@ -159,6 +320,55 @@ mod tests {
         assert_eq!(
             AllocPdResp { pd_id: 0x0102_0304 }.encode(),
             [4, 3, 2, 1, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn verbs_requests_decode_at_their_offsets() {
+        let r = MemRegReq::decode(&[1, 0, 2, 0, 3, 0, 4, 0]);
+        assert_eq!(
+            (r.reg_type, r.cq_pages, r.rq_pages, r.sq_pages),
+            (1, 2, 3, 4)
+        );
+        let mut b = [0u8; 16];
+        b[0] = 0x10;
+        b[7] = 0x7f;
+        b[8] = 0x40;
+        let cq = CreateCqReq::decode(&b);
+        assert_eq!(cq.user_cq_buf, 0x7f00_0000_0000_0010);
+        assert_eq!(cq.user_shadow_area, 0x40);
+        let qp = CreateQpReq::decode(&b);
+        assert_eq!(qp.user_wqe_bufs, 0x7f00_0000_0000_0010);
+        assert_eq!(qp.user_compl_ctx, 0x40);
+        let m = ModifyQpReq::decode(&[0, 1, 0, 0, 0, 0, 0, 0]);
+        assert!(!m.sq_flush && m.rq_flush);
+    }
+
+    #[test]
+    fn verbs_responses_encode_at_their_offsets() {
+        assert_eq!(
+            CreateCqResp {
+                cq_id: 7,
+                cq_size: 0x200
+            }
+            .encode(),
+            [7, 0, 0, 0, 0, 2, 0, 0]
+        );
+        let b = CreateQpResp {
+            qp_id: 2,
+            actual_sq_size: 512,
+            actual_rq_size: 1024,
+            qp_caps: QP_CAP_WRITE_WITH_IMM | QP_CAP_SEND_WITH_IMM | QP_CAP_ROCE,
+        }
+        .encode();
+        assert_eq!(b[0], 2);
+        assert_eq!((b[4], b[5]), (0, 2));
+        assert_eq!((b[8], b[9]), (0, 4));
+        assert!(b[12..20].iter().all(|&x| x == 0));
+        assert_eq!(b[20], 7);
+        assert_eq!(
+            CreateAhResp { ah_id: 0x1_0001 }.encode(),
+            [1, 0, 1, 0, 0, 0, 0, 0]
         );
     }
 }

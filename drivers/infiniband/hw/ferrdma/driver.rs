@@ -4,6 +4,7 @@
 
 use crate::{
     admin::AdminQueue,
+    eq::EventQueue,
     ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
     interface as hw, regs,
     regs::Bar0,
@@ -11,7 +12,7 @@ use crate::{
 };
 use kernel::{
     device::Core,
-    infiniband::{Registration, RegistrationParams},
+    infiniband::{Msix, Registration, RegistrationParams},
     io::Io,
     pci,
     prelude::*,
@@ -88,6 +89,8 @@ impl pci::Driver for FerrdmaDriver {
         )?;
 
         let delivered = selftest::msix(pdev, &bar, &vectors)?;
+        // The registration allocates the vectors again, for good, with the EQ handlers.
+        drop(vectors);
         let copied = selftest::dma_copy(pdev, &bar)?;
         let mac = hw::mac_from_regs(
             bar.read(regs::MAC_LO).into_raw(),
@@ -133,6 +136,14 @@ impl pci::Driver for FerrdmaDriver {
             caps.max_gid
         );
 
+        // One AEQ on vector 0, a CEQ on every other vector (manual, "Initialisation").
+        let mut eqs = KVec::with_capacity(nvec as usize, GFP_KERNEL)?;
+        for id in 0..nvec {
+            let eq = EventQueue::new(pdev.as_ref(), id)?;
+            admin.exec(&bar, &eq.create_cmd().encode())?;
+            eqs.push(eq, GFP_KERNEL)?;
+        }
+
         // The doorbell BAR is what user contexts map; without it there are no user verbs.
         let doorbells = if bar.read(regs::FEATURES).doorbell_bar()
             && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
@@ -156,10 +167,15 @@ impl pci::Driver for FerrdmaDriver {
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
+                Some(Msix {
+                    pdev,
+                    vectors: nvec,
+                }),
                 IbData::new(
+                    pdev.as_ref(),
                     bar,
-                    vectors,
                     admin,
+                    eqs,
                     FunctionInfo {
                         mac,
                         doorbells,
@@ -168,6 +184,7 @@ impl pci::Driver for FerrdmaDriver {
                 ),
             )
         }?;
+        ib.data().arm_eqs();
         dev_info!(pdev, "registered {}\n", ib.device().name());
 
         if let Err(e) = ib.data().port_up() {

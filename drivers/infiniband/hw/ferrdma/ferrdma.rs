@@ -8,14 +8,21 @@
 
 mod abi;
 mod admin;
+mod ah;
+mod cq;
 mod driver;
+mod eq;
 mod ibdev;
 mod id_alloc;
 // Shared with the device model, which uses every item: here only a part is reachable.
 #[allow(unreachable_pub)]
 mod interface;
+mod mr;
+mod pbl;
+mod qp;
 mod regs;
 mod selftest;
+mod sizing;
 
 kernel::module_pci_driver! {
     type: driver::FerrdmaDriver,

@@ -6,16 +6,27 @@
 use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
     admin::{header, AdminQueue},
+    ah::Ah,
+    cq::Cq,
+    eq::EventQueue,
     id_alloc::IdBitmap,
     interface as hw,
+    mr::{Mr, RingReg},
+    qp::Qp,
     regs::{self, Bar0},
 };
 use kernel::{
-    infiniband::{self, DeviceAttr, DriverId, IoMmap, Mtu, RocePort, UContextInit, UData},
+    device,
+    infiniband::{
+        self, Av, CqEvents, CqInitAttr, DeviceAttr, DriverId, IoMmap, Mtu, NewCq, NewMr, NewQp,
+        QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery, RocePort, UContextInit, UData, Umem,
+        UserMrRequest,
+    },
     io::Io,
-    new_mutex, new_spinlock, pci,
+    irq::IrqReturn,
+    new_mutex, new_spinlock, new_spinlock_irq,
     prelude::*,
-    sync::{Mutex, SpinLock},
+    sync::{Arc, Mutex, SpinLock, SpinLockIrq},
 };
 
 /// The RDMA side of the ferrdma driver.
@@ -24,29 +35,81 @@ pub(crate) struct FerrdmaIb;
 /// The function as the ib_device callbacks see it: it owns the device's resources.
 ///
 /// Dropping it resets the RDMA engine first (so the device stops using host memory), then the
-/// fields go in declaration order: admin rings, interrupt vectors, the BAR mapping.
+/// fields go in declaration order: admin rings, event queue rings, the BAR mapping. The
+/// registration frees the interrupt handlers before it drops this.
 #[pin_data(PinnedDrop)]
 pub(crate) struct IbData<'a> {
     #[pin]
     admin: Mutex<AdminQueue>,
-    _vectors: pci::IrqVectorRegistration<'a>,
-    bar: Bar0<'a>,
+    /// Event queues by id (= MSI-X vector): the AEQ, then the CEQs.
+    eqs: KVec<EventQueue>,
+    pub(crate) bar: Bar0<'a>,
+    /// The PCI function, for DMA allocations.
+    pub(crate) dev: &'a device::Device<device::Bound>,
     /// The port MAC, as the device reports it.
     mac: [u8; 6],
     /// Bus address of the doorbell BAR, if the function has one.
     doorbells: Option<u64>,
     /// The device's limits (QUERY_CAPS).
-    caps: hw::Caps,
+    pub(crate) caps: hw::Caps,
     #[pin]
-    ids: SpinLock<Ids>,
+    pub(crate) ids: SpinLock<Ids>,
+    /// Event delivery handles by CQ and QP id, read by the interrupt handlers.
+    #[pin]
+    pub(crate) tables: SpinLockIrq<Tables>,
+    /// Ring registrations waiting for (or used by) their QP or CQ.
+    #[pin]
+    pub(crate) rings: Mutex<KVec<Arc<RingReg>>>,
 }
 
-/// Ids handed out to user contexts and PDs.
-struct Ids {
+/// Ids handed out to verbs objects.
+pub(crate) struct Ids {
     /// Doorbell pages, one per user context.
     db_pages: IdBitmap<{ hw::DB_PAGES as usize / 64 }>,
     /// Protection domain numbers; 0 is never used.
     pds: IdBitmap<{ MAX_PD as usize / 64 }>,
+    /// CQ ids.
+    pub(crate) cqs: IdBitmap<{ hw::MAX_CQ as usize / 64 }>,
+    /// QP ids (0 and 1 are reserved).
+    pub(crate) qps: IdBitmap<{ hw::MAX_QP as usize / 64 }>,
+    /// MR table indexes.
+    pub(crate) mrs: IdBitmap<{ hw::MAX_MR as usize / 64 }>,
+    /// The consumer key of the last STag, varied so a stale key misses.
+    pub(crate) mr_key: u8,
+    /// AH ids.
+    pub(crate) ahs: IdBitmap<{ hw::MAX_AH as usize / 64 }>,
+}
+
+/// CQs and QPs the interrupt handlers may deliver events to.
+pub(crate) struct Tables {
+    cqs: KVec<Option<CqEvents>>,
+    qps: KVec<Option<QpEvents>>,
+}
+
+impl Tables {
+    fn new() -> Result<Self> {
+        let mut cqs = KVec::with_capacity(hw::MAX_CQ as usize, GFP_KERNEL)?;
+        let mut qps = KVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
+        for _ in 0..hw::MAX_CQ {
+            cqs.push(None, GFP_KERNEL)?;
+        }
+        for _ in 0..hw::MAX_QP {
+            qps.push(None, GFP_KERNEL)?;
+        }
+        Ok(Self { cqs, qps })
+    }
+
+    pub(crate) fn set_cq(&mut self, id: u32, v: Option<CqEvents>) {
+        if let Some(slot) = self.cqs.get_mut(id as usize) {
+            *slot = v;
+        }
+    }
+
+    pub(crate) fn set_qp(&mut self, id: u32, v: Option<QpEvents>) {
+        if let Some(slot) = self.qps.get_mut(id as usize) {
+            *slot = v;
+        }
+    }
 }
 
 /// Protection domains per function.
@@ -60,27 +123,104 @@ pub(crate) struct FunctionInfo {
 }
 
 impl<'a> IbData<'a> {
-    /// Takes over a probed function's BAR, vectors and running admin queue.
+    /// Takes over a probed function's BAR, running admin queue and created event queues.
     pub(crate) fn new(
+        dev: &'a device::Device<device::Bound>,
         bar: Bar0<'a>,
-        vectors: pci::IrqVectorRegistration<'a>,
         admin: AdminQueue,
+        eqs: KVec<EventQueue>,
         info: FunctionInfo,
     ) -> impl PinInit<Self, Error> + 'a {
         try_pin_init!(Self {
             admin <- new_mutex!(admin),
-            _vectors: vectors,
+            eqs,
             bar,
+            dev,
             mac: info.mac,
             doorbells: info.doorbells,
             caps: info.caps,
-            ids <- new_spinlock!(Ids { db_pages: IdBitmap::new(), pds: IdBitmap::new() }),
+            ids <- new_spinlock!(Ids {
+                db_pages: IdBitmap::new(),
+                pds: IdBitmap::new(),
+                cqs: IdBitmap::new(),
+                qps: IdBitmap::new(),
+                mrs: IdBitmap::new(),
+                mr_key: 0,
+                ahs: IdBitmap::new(),
+            }),
+            tables <- new_spinlock_irq!(Tables::new()?),
+            rings <- new_mutex!(KVec::new()),
         }? Error)
     }
 
     /// Runs one admin command.
-    fn admin(&self, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
+    pub(crate) fn admin(&self, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
         self.admin.lock().exec(&self.bar, cmd)
+    }
+
+    /// Runs a DESTROY_* or DEREG_MR command for object `id`.
+    pub(crate) fn destroy_object(&self, opcode: u8, id: u32) -> Result {
+        let mut cmd = hw::DestroyObject::decode(&[0; hw::DestroyObject::SIZE]);
+        cmd.hdr = header(opcode);
+        cmd.id = id;
+        self.admin(&cmd.encode()).map(|_| ())
+    }
+
+    /// Number of completion event queues.
+    pub(crate) fn ceqs(&self) -> u32 {
+        self.eqs.len().saturating_sub(1) as u32
+    }
+
+    /// Arms every event queue; called once the interrupt handlers are registered.
+    pub(crate) fn arm_eqs(&self) {
+        for eq in self.eqs.iter() {
+            eq.arm_current(&self.bar);
+        }
+    }
+
+    /// Delivers one event queue entry. Interrupt context.
+    fn dispatch(&self, e: &hw::Eqe) {
+        use hw::{ae, eqe_kind};
+        let id = e.id as usize;
+        match (e.kind, e.code) {
+            (eqe_kind::CQ, ae::CQ_COMPLETION) => {
+                let h = self.tables.lock().cqs.get(id).cloned().flatten();
+                if let Some(h) = h {
+                    h.completion();
+                }
+            }
+            (eqe_kind::CQ, ae::CQ_OVERFLOW | ae::CQ_ACCESS) => {
+                let h = self.tables.lock().cqs.get(id).cloned().flatten();
+                if let Some(h) = h {
+                    h.error();
+                }
+            }
+            (eqe_kind::QP, code) => {
+                let ev = match code {
+                    ae::QP_LOCAL_ACCESS | ae::QP_REMOTE_ACCESS => QpEvent::AccessError,
+                    ae::QP_INVALID_REQUEST => QpEvent::RequestError,
+                    ae::QP_COMM_EST => QpEvent::CommEstablished,
+                    ae::QP_SQ_DRAINED => QpEvent::SqDrained,
+                    _ => QpEvent::Fatal,
+                };
+                let h = self.tables.lock().qps.get(id).cloned().flatten();
+                if let Some(h) = h {
+                    h.event(ev);
+                }
+            }
+            // Port state follows the bound netdev in ib_core; nothing to add here.
+            (eqe_kind::PORT, _) => {}
+            (_, ae::EQ_OVERFLOW) => {
+                pr_warn!("ferrdma: event queue {} overflowed, events lost\n", e.id);
+            }
+            _ => {
+                pr_warn!(
+                    "ferrdma: unknown event kind {} code {:#x}\n",
+                    e.kind,
+                    e.code
+                );
+            }
+        }
     }
 }
 
@@ -135,9 +275,23 @@ pub(crate) struct UContext {
     db: IoMmap,
 }
 
+impl UContext {
+    /// The context's doorbell page (also its unique id).
+    pub(crate) fn db_page(&self) -> u32 {
+        self.db_page
+    }
+}
+
 /// A protection domain.
 pub(crate) struct Pd {
     id: u32,
+}
+
+impl Pd {
+    /// The PD number.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
 }
 
 /// The user context response for a device with limits `caps`.
@@ -196,6 +350,10 @@ impl infiniband::Driver for FerrdmaIb {
     type RegistrationData<'a> = IbData<'a>;
     type UContext = UContext;
     type Pd = Pd;
+    type Mr = Mr;
+    type Cq = Cq;
+    type Qp = Qp;
+    type Ah = Ah;
 
     const DRIVER_ID: DriverId = DriverId::Irdma;
     // The irdma user ABI version libirdma accepts (0..=5).
@@ -307,6 +465,87 @@ impl infiniband::Driver for FerrdmaIb {
             max_mtu: Mtu::Mtu4096,
             max_msg_sz: data.caps.max_msg_size,
         }
+    }
+
+    fn handle_irq(data: &IbData<'_>, vector: u32) -> IrqReturn {
+        let Some(eq) = data.eqs.get(vector as usize) else {
+            return IrqReturn::None;
+        };
+        eq.drain(&data.bar, |e| data.dispatch(e));
+        // MSI-X vectors are never shared: an interrupt without entries is still ours.
+        IrqReturn::Handled
+    }
+
+    fn reg_user_mr(
+        data: &IbData<'_>,
+        ctx: &UContext,
+        pd: &Pd,
+        req: &UserMrRequest,
+        umem: Umem,
+        udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        data.reg_user_mr(ctx, pd, req, umem, udata)
+    }
+
+    fn dereg_mr(data: &IbData<'_>, mr: &Mr) -> Result {
+        data.dereg_mr(mr)
+    }
+
+    fn create_cq(
+        data: &IbData<'_>,
+        ctx: &UContext,
+        attr: &CqInitAttr,
+        events: CqEvents,
+        udata: &mut UData<'_>,
+    ) -> Result<NewCq<Cq>> {
+        data.create_cq(ctx, attr, events, udata)
+    }
+
+    fn destroy_cq(data: &IbData<'_>, cq: &Cq) -> Result {
+        data.destroy_cq(cq)
+    }
+
+    fn create_qp(
+        data: &IbData<'_>,
+        ctx: &UContext,
+        pd: &Pd,
+        attr: &mut QpInitAttr<'_, Self>,
+        events: QpEvents,
+        udata: &mut UData<'_>,
+    ) -> Result<NewQp<Qp>> {
+        data.create_qp(ctx, pd, attr, events, udata)
+    }
+
+    fn modify_qp(
+        data: &IbData<'_>,
+        qp: &Qp,
+        attr: &QpAttr,
+        mask: u32,
+        udata: Option<&mut UData<'_>>,
+    ) -> Result {
+        data.modify_qp(qp, attr, mask, udata)
+    }
+
+    fn query_qp(data: &IbData<'_>, qp: &Qp) -> Result<QpQuery> {
+        Ok(data.query_qp(qp))
+    }
+
+    fn destroy_qp(data: &IbData<'_>, qp: &Qp) -> Result {
+        data.destroy_qp(qp)
+    }
+
+    fn create_ah(
+        data: &IbData<'_>,
+        pd: &Pd,
+        av: &Av,
+        sleepable: bool,
+        udata: Option<&mut UData<'_>>,
+    ) -> Result<Ah> {
+        data.create_ah(pd, av, sleepable, udata)
+    }
+
+    fn destroy_ah(data: &IbData<'_>, ah: &Ah, _sleepable: bool) -> Result {
+        data.destroy_ah(ah)
     }
 }
 

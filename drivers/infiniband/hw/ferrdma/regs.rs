@@ -141,6 +141,11 @@ register! {
     pub(crate) AQ_STATUS(u32) @ 0x230 {
         31:0 value;
     }
+
+    /// Event queue consumer index and re-arm ([`hw::eq_doorbell`]).
+    pub(crate) EQ_DOORBELL(u32) @ 0x300 {
+        31:0 value;
+    }
 }
 
 // The literal offsets above must match the shared interface definition.
@@ -171,4 +176,6 @@ const _: () = {
     assert!(<AQ_CTRL as Register>::OFFSET == hw::REG_AQ_CTRL);
     assert!(<AQ_TAIL as Register>::OFFSET == hw::REG_AQ_TAIL);
     assert!(<AQ_STATUS as Register>::OFFSET == hw::REG_AQ_STATUS);
+    assert!(<EQ_DOORBELL as Register>::OFFSET == hw::REG_EQ_DOORBELL);
+    assert!(hw::eq_doorbell(0x7f, 0xff_ffff, true) == u32::MAX);
 };

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Address handles for UD sends.
+
+use crate::{
+    abi::CreateAhResp,
+    admin::header,
+    ibdev::{IbData, Pd},
+    interface as hw,
+    qp::set_av,
+};
+use kernel::{
+    infiniband::{Av, UData},
+    prelude::*,
+};
+
+/// An address handle.
+pub(crate) struct Ah {
+    id: u32,
+}
+
+impl IbData<'_> {
+    pub(crate) fn create_ah(
+        &self,
+        pd: &Pd,
+        av: &Av,
+        sleepable: bool,
+        udata: Option<&mut UData<'_>>,
+    ) -> Result<Ah> {
+        // The admin queue sleeps; kernel users creating AHs in atomic context come later.
+        if !sleepable {
+            return Err(EOPNOTSUPP);
+        }
+        let id = match self.ids.lock().ahs.alloc(1) {
+            Some(id) if id < self.caps.max_ah.min(hw::MAX_AH) => id,
+            Some(id) => {
+                self.ids.lock().ahs.free(id);
+                return Err(ENOMEM);
+            }
+            None => return Err(ENOMEM),
+        };
+        let mut cmd = hw::CreateAh::decode(&[0; hw::CreateAh::SIZE]);
+        cmd.hdr = header(hw::admin_op::CREATE_AH);
+        cmd.ah_id = id;
+        cmd.pd = pd.id();
+        // UD: the destination QP is per WQE; the flow label alone picks the UDP port.
+        set_av(&mut cmd.attrs, av, 0);
+        let made = self.admin(&cmd.encode()).and_then(|_| match udata {
+            Some(u) => u
+                .respond(&CreateAhResp { ah_id: id }.encode())
+                .inspect_err(|_| {
+                    let _ = self.destroy_object(hw::admin_op::DESTROY_AH, id);
+                }),
+            None => Ok(()),
+        });
+        if let Err(e) = made {
+            self.ids.lock().ahs.free(id);
+            return Err(e);
+        }
+        Ok(Ah { id })
+    }
+
+    pub(crate) fn destroy_ah(&self, ah: &Ah) -> Result {
+        self.destroy_object(hw::admin_op::DESTROY_AH, ah.id)?;
+        self.ids.lock().ahs.free(ah.id);
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User completion queues: libirdma's ring registration becomes a device CQ on a CEQ.
+
+use crate::{
+    abi::{CreateCqReq, CreateCqResp},
+    admin::header,
+    ibdev::{IbData, UContext},
+    interface as hw,
+    mr::{RingKind, RingReg},
+    pbl::PageList,
+    sizing,
+};
+use kernel::{
+    infiniband::{CqEvents, CqInitAttr, NewCq, UData},
+    prelude::*,
+    sync::Arc,
+};
+
+/// A completion queue.
+pub(crate) struct Cq {
+    id: u32,
+    ring: Arc<RingReg>,
+    _pages: PageList,
+}
+
+impl Cq {
+    /// The device CQ id.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+/// The CEQ (EQ id) serving completion vector `comp_vector` with `ceqs` CEQs on EQs 1..=ceqs.
+pub(crate) const fn ceq_for_vector(comp_vector: u32, ceqs: u32) -> u32 {
+    1 + comp_vector % if ceqs == 0 { 1 } else { ceqs }
+}
+
+impl IbData<'_> {
+    pub(crate) fn create_cq(
+        &self,
+        ctx: &UContext,
+        attr: &CqInitAttr,
+        events: CqEvents,
+        udata: &mut UData<'_>,
+    ) -> Result<NewCq<Cq>> {
+        if attr.flags != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        if udata.inlen() < CreateCqReq::MIN_SIZE || udata.outlen() < CreateCqResp::SIZE {
+            return Err(EINVAL);
+        }
+        let mut b = [0u8; CreateCqReq::SIZE];
+        udata.read_in(&mut b)?;
+        let req = CreateCqReq::decode(&b);
+        // libirdma passes its ring size (two slots per CQE for immediate data).
+        let size = attr.cqe;
+        if size < hw::MIN_CQ_ENTRIES || size > self.caps.max_cq_entries.min(hw::MAX_CQ_ENTRIES) {
+            return Err(EINVAL);
+        }
+        let ring = self.claim_ring(ctx, req.user_cq_buf, false)?;
+        let made = self.create_cq_on(ctx, attr, &ring, &req, size);
+        match made {
+            Ok((id, pages)) => {
+                let resp = CreateCqResp {
+                    cq_id: id,
+                    cq_size: size,
+                };
+                if let Err(e) = udata.respond(&resp.encode()) {
+                    self.destroy_cq_id(id);
+                    ring.release();
+                    return Err(e);
+                }
+                self.tables.lock().set_cq(id, Some(events));
+                Ok(NewCq {
+                    value: Cq {
+                        id,
+                        ring,
+                        _pages: pages,
+                    },
+                    cqe: size,
+                })
+            }
+            Err(e) => {
+                ring.release();
+                Err(e)
+            }
+        }
+    }
+
+    fn create_cq_on(
+        &self,
+        ctx: &UContext,
+        attr: &CqInitAttr,
+        ring: &RingReg,
+        req: &CreateCqReq,
+        size: u32,
+    ) -> Result<(u32, PageList)> {
+        let RingKind::Cq { cq_pages } = ring.kind else {
+            return Err(EINVAL);
+        };
+        let used = sizing::pages(size);
+        if used > cq_pages {
+            return Err(EINVAL);
+        }
+        // Without CQ_RESIZE the shadow area follows the ring in the same buffer.
+        let shadow_va = ring.va() + u64::from(cq_pages) * hw::QUEUE_PAGE_SIZE;
+        if req.user_shadow_area != 0 && req.user_shadow_area != shadow_va {
+            return Err(EINVAL);
+        }
+        let pages = PageList::new(self.dev, ring.pages(0, used)?, hw::QUEUE_PAGE_SIZE)?;
+        let id = {
+            let mut ids = self.ids.lock();
+            ids.cqs.alloc(1).ok_or(ENOMEM)?
+        };
+        if id >= self.caps.max_cq.min(hw::MAX_CQ) {
+            self.ids.lock().cqs.free(id);
+            return Err(ENOMEM);
+        }
+        let mut cmd = hw::CreateCq::decode(&[0; hw::CreateCq::SIZE]);
+        cmd.hdr = header(hw::admin_op::CREATE_CQ);
+        cmd.cq_id = id;
+        cmd.size = size;
+        cmd.eq_id = ceq_for_vector(attr.comp_vector, self.ceqs());
+        cmd.db_page = ctx.db_page();
+        cmd.shadow_addr = ring.page(cq_pages)?;
+        cmd.ring = pages.descriptor();
+        if let Err(e) = self.admin(&cmd.encode()) {
+            self.ids.lock().cqs.free(id);
+            return Err(e);
+        }
+        Ok((id, pages))
+    }
+
+    fn destroy_cq_id(&self, id: u32) {
+        let _ = self.destroy_object(hw::admin_op::DESTROY_CQ, id);
+        self.ids.lock().cqs.free(id);
+    }
+
+    pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result {
+        // Stop event delivery first; the device may still complete into the ring until
+        // DESTROY_CQ returns, which is fine: it is pinned until the registration goes.
+        self.tables.lock().set_cq(cq.id, None);
+        self.destroy_object(hw::admin_op::DESTROY_CQ, cq.id)?;
+        self.ids.lock().cqs.free(cq.id);
+        cq.ring.release();
+        Ok(())
+    }
+}
+
+#[kunit_tests(ferrdma_cq)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_vectors_spread_over_the_ceqs() {
+        assert_eq!(ceq_for_vector(0, 7), 1);
+        assert_eq!(ceq_for_vector(6, 7), 7);
+        assert_eq!(ceq_for_vector(7, 7), 1);
+        assert_eq!(ceq_for_vector(3, 0), 1);
+    }
+}

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory registration the irdma way: `ibv_reg_mr` becomes a device MR (REG_MR with the best
+//! page size), while the rings of QPs and CQs libirdma is about to create are registered as
+//! *ring registrations* that create_qp/create_cq find by address (irdma-abi §2.3).
+
+use crate::{
+    abi::{self, MemRegReq},
+    admin::header,
+    ibdev::{IbData, Pd, UContext},
+    interface as hw,
+    pbl::PageList,
+};
+use kernel::{
+    infiniband::{Access, NewMr, UData, Umem, UserMrRequest},
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
+
+/// Ring pages are always 4 KiB, whatever the kernel page size.
+const RING_PAGE: u64 = hw::QUEUE_PAGE_SIZE;
+
+/// What a ring registration holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RingKind {
+    /// `[cq_pages of ring][shadow area]`.
+    Cq { cq_pages: u32 },
+    /// `[sq_pages of SQ][rq_pages of RQ][shadow area]`.
+    Qp { sq_pages: u32, rq_pages: u32 },
+}
+
+/// Pinned user memory holding the rings of one QP or CQ.
+pub(crate) struct RingReg {
+    /// Doorbell page of the owning context (unique per context).
+    owner: u32,
+    /// User address of the first ring page (the lookup key).
+    va: u64,
+    pub(crate) kind: RingKind,
+    /// Bus addresses of the 4 KiB pages.
+    pages: KVec<u64>,
+    _umem: Umem,
+    /// 1 while a QP or CQ uses the rings.
+    users: Atomic<u32>,
+}
+
+impl RingReg {
+    /// Bus addresses of pages `first..first + n`; `EINVAL` if the registration is shorter.
+    pub(crate) fn pages(&self, first: u32, n: u32) -> Result<&[u64]> {
+        let (a, b) = (first as usize, first as usize + n as usize);
+        self.pages.get(a..b).ok_or(EINVAL)
+    }
+
+    /// Bus address of page `i`.
+    pub(crate) fn page(&self, i: u32) -> Result<u64> {
+        self.pages.get(i as usize).copied().ok_or(EINVAL)
+    }
+
+    /// The user address of the registration.
+    pub(crate) fn va(&self) -> u64 {
+        self.va
+    }
+
+    /// Gives the ring up after its QP or CQ is destroyed.
+    pub(crate) fn release(&self) {
+        self.users.store(0, Relaxed);
+    }
+}
+
+/// A memory region.
+pub(crate) enum Mr {
+    /// A device MR.
+    Mem {
+        stag: u32,
+        _pages: PageList,
+        _umem: Umem,
+    },
+    /// A ring registration.
+    Ring(Arc<RingReg>),
+}
+
+/// IB access flags to the device's MR access bits; `EOPNOTSUPP` for rights the device lacks.
+pub(crate) fn mr_access(a: Access) -> Result<u32> {
+    let supported =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::ZERO_BASED;
+    if a.unsupported(supported) != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let mut bits = 0;
+    if a.contains(Access::LOCAL_WRITE) {
+        bits |= hw::MR_ACCESS_LOCAL_WRITE;
+    }
+    if a.contains(Access::REMOTE_WRITE) {
+        bits |= hw::MR_ACCESS_REMOTE_WRITE;
+    }
+    if a.contains(Access::REMOTE_READ) {
+        bits |= hw::MR_ACCESS_REMOTE_READ;
+    }
+    if a.contains(Access::ZERO_BASED) {
+        bits |= hw::MR_ACCESS_ZERO_BASED;
+    }
+    Ok(bits)
+}
+
+/// The STag of MR table entry `index` with consumer key `key`.
+pub(crate) const fn stag(index: u32, key: u8) -> u32 {
+    (index << 8) | key as u32
+}
+
+impl IbData<'_> {
+    pub(crate) fn reg_user_mr(
+        &self,
+        ctx: &UContext,
+        pd: &Pd,
+        req: &UserMrRequest,
+        umem: Umem,
+        udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        if udata.inlen() < MemRegReq::SIZE {
+            return Err(EINVAL);
+        }
+        let mut b = [0u8; MemRegReq::SIZE];
+        udata.read_in(&mut b)?;
+        let r = MemRegReq::decode(&b);
+        let kind = match r.reg_type {
+            abi::MEMREG_TYPE_MEM => return self.reg_mem(pd, req, umem),
+            abi::MEMREG_TYPE_QP if r.sq_pages > 0 && r.rq_pages > 0 => RingKind::Qp {
+                sq_pages: r.sq_pages.into(),
+                rq_pages: r.rq_pages.into(),
+            },
+            abi::MEMREG_TYPE_CQ if r.cq_pages > 0 => RingKind::Cq {
+                cq_pages: r.cq_pages.into(),
+            },
+            abi::MEMREG_TYPE_QP | abi::MEMREG_TYPE_CQ => return Err(EINVAL),
+            _ => return Err(EOPNOTSUPP),
+        };
+        // Rings and the shadow area are found by 4 KiB page; libirdma aligns them.
+        if req.start % RING_PAGE != 0 || req.iova != req.start {
+            return Err(EINVAL);
+        }
+        let need = match kind {
+            RingKind::Cq { cq_pages } => cq_pages + 1,
+            RingKind::Qp { sq_pages, rq_pages } => sq_pages + rq_pages + 1,
+        };
+        let n = umem.num_blocks(RING_PAGE);
+        if n < need as usize || n > hw::MAX_PBL_PAGES as usize {
+            return Err(EINVAL);
+        }
+        let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
+        for a in umem.dma_blocks(RING_PAGE)? {
+            pages.push(a, GFP_KERNEL)?;
+        }
+        let ring = Arc::new(
+            RingReg {
+                owner: ctx.db_page(),
+                va: req.start,
+                kind,
+                pages,
+                _umem: umem,
+                users: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        self.rings.lock().push(ring.clone(), GFP_KERNEL)?;
+        Ok(NewMr {
+            value: Mr::Ring(ring),
+            lkey: 0,
+            rkey: 0,
+        })
+    }
+
+    fn reg_mem(&self, pd: &Pd, req: &UserMrRequest, umem: Umem) -> Result<NewMr<Mr>> {
+        let access = mr_access(req.access)?;
+        if req.length == 0 || req.length > self.caps.max_mr_size {
+            return Err(EINVAL);
+        }
+        let pgsz = umem
+            .best_page_size(self.caps.page_size_cap, req.iova)
+            .ok_or(EINVAL)?;
+        let n = umem.num_blocks(pgsz);
+        if n == 0 || n > hw::MAX_PBL_PAGES as usize {
+            return Err(EINVAL);
+        }
+        let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
+        for a in umem.dma_blocks(pgsz)? {
+            addrs.push(a, GFP_KERNEL)?;
+        }
+        let pages = PageList::new(self.dev, &addrs, pgsz)?;
+        drop(addrs);
+
+        let (index, key) = {
+            let mut ids = self.ids.lock();
+            let index = ids.mrs.alloc(1).ok_or(ENOMEM)?;
+            ids.mr_key = ids.mr_key.wrapping_add(0x35);
+            (index, ids.mr_key)
+        };
+        if index >= self.caps.max_mr.min(hw::MAX_MR) {
+            self.ids.lock().mrs.free(index);
+            return Err(ENOMEM);
+        }
+        let stag = stag(index, key);
+        let mut cmd = hw::RegMr::decode(&[0; hw::RegMr::SIZE]);
+        cmd.hdr = header(hw::admin_op::REG_MR);
+        cmd.stag = stag;
+        cmd.pd = pd.id();
+        cmd.access = access;
+        cmd.page_shift = pgsz.trailing_zeros() as u8;
+        cmd.iova = req.iova;
+        cmd.length = req.length;
+        cmd.pages = pages.descriptor();
+        if let Err(e) = self.admin(&cmd.encode()) {
+            self.ids.lock().mrs.free(index);
+            return Err(e);
+        }
+        Ok(NewMr {
+            value: Mr::Mem {
+                stag,
+                _pages: pages,
+                _umem: umem,
+            },
+            lkey: stag,
+            rkey: stag,
+        })
+    }
+
+    pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result {
+        match mr {
+            Mr::Mem { stag, .. } => {
+                self.destroy_object(hw::admin_op::DEREG_MR, *stag)?;
+                self.ids.lock().mrs.free(hw::stag_index(*stag));
+                Ok(())
+            }
+            Mr::Ring(ring) => {
+                if ring.users.load(Relaxed) != 0 {
+                    return Err(EBUSY);
+                }
+                let target: &RingReg = ring;
+                self.rings
+                    .lock()
+                    .retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
+                Ok(())
+            }
+        }
+    }
+
+    /// Claims the unused ring registration of context `ctx` at `va` of the right kind.
+    /// libirdma registers a ring right before creating its object, so a missing one is a
+    /// protocol error (`EPROTO`, as irdma answers).
+    pub(crate) fn claim_ring(&self, ctx: &UContext, va: u64, is_qp: bool) -> Result<Arc<RingReg>> {
+        let rings = self.rings.lock();
+        for r in rings.iter() {
+            if r.owner != ctx.db_page() || r.va != va {
+                continue;
+            }
+            if matches!(r.kind, RingKind::Qp { .. }) != is_qp {
+                continue;
+            }
+            if r.users.cmpxchg(0, 1, Relaxed).is_ok() {
+                return Ok(r.clone());
+            }
+        }
+        Err(EPROTO)
+    }
+}
+
+#[kunit_tests(ferrdma_mr)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_mapping() {
+        let a = |b| mr_access(Access::new(b));
+        assert_eq!(a(0).ok(), Some(0));
+        assert_eq!(
+            a(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).ok(),
+            Some(
+                hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE | hw::MR_ACCESS_REMOTE_READ
+            )
+        );
+        assert_eq!(a(Access::ZERO_BASED).ok(), Some(hw::MR_ACCESS_ZERO_BASED));
+        // Relaxed ordering is a hint the device may ignore.
+        assert_eq!(
+            a(Access::LOCAL_WRITE | (1 << 20)).ok(),
+            Some(hw::MR_ACCESS_LOCAL_WRITE)
+        );
+        assert!(a(Access::REMOTE_ATOMIC).is_err());
+        assert!(a(Access::MW_BIND).is_err());
+        assert!(a(64).is_err()); // on-demand paging
+    }
+
+    #[test]
+    fn stags_put_the_index_above_the_key() {
+        assert_eq!(stag(1, 0x35), 0x135);
+        assert_eq!(hw::stag_index(stag(4095, 0xff)), 4095);
+    }
+}

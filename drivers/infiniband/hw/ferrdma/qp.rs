@@ -1,0 +1,539 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! User queue pairs: libirdma's ring registration becomes a device QP, and `modify_qp` walks
+//! it through the IB state machine with validated RoCEv2 attributes.
+
+use crate::{
+    abi::{self, CreateQpReq, CreateQpResp, ModifyQpReq},
+    admin::header,
+    ibdev::{IbData, Pd, UContext},
+    interface as hw,
+    mr::{RingKind, RingReg},
+    pbl::PageList,
+    sizing::QpRings,
+};
+use kernel::{
+    infiniband::{
+        av::udp_sport,
+        qp::{attr_mask as m, transition_ok},
+        Access, Av, NewQp, QpAttr, QpCap, QpEvents, QpInitAttr, QpQuery, QpState, QpType, UData,
+    },
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex},
+};
+
+/// What the driver remembers of a QP's attributes (for query and for derived fields).
+#[derive(Clone, Copy)]
+struct Soft {
+    state: QpState,
+    attrs: hw::QpAttrs,
+}
+
+/// A queue pair.
+pub(crate) struct Qp {
+    id: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    ring: Arc<RingReg>,
+    _sq: PageList,
+    _rq: PageList,
+    soft: Pin<KBox<Mutex<Soft>>>,
+}
+
+/// The IB modify_qp attributes the device implements.
+const SUPPORTED_MASK: u32 = m::STATE
+    | m::CUR_STATE
+    | m::ACCESS_FLAGS
+    | m::PKEY_INDEX
+    | m::PORT
+    | m::QKEY
+    | m::AV
+    | m::PATH_MTU
+    | m::TIMEOUT
+    | m::RETRY_CNT
+    | m::RNR_RETRY
+    | m::RQ_PSN
+    | m::MAX_QP_RD_ATOMIC
+    | m::MIN_RNR_TIMER
+    | m::SQ_PSN
+    | m::MAX_DEST_RD_ATOMIC
+    | m::DEST_QPN
+    | m::EN_SQD_ASYNC_NOTIFY;
+
+/// Translates a modify_qp into the device's attributes and mask, starting from the QP's
+/// current attributes `cur`. Pure: the caller has checked the state transition.
+pub(crate) fn device_attrs(
+    qp_num: u32,
+    cur: &hw::QpAttrs,
+    a: &QpAttr,
+    mask: u32,
+) -> Result<(hw::QpAttrs, u32)> {
+    if mask & !SUPPORTED_MASK != 0 {
+        return Err(EOPNOTSUPP);
+    }
+    let mut out = *cur;
+    let mut dm = 0;
+    if mask & m::STATE != 0 {
+        out.state = a.state as u8;
+        dm |= hw::qp_attr::STATE;
+    }
+    if mask & m::PKEY_INDEX != 0 && a.pkey_index != 0 {
+        return Err(EINVAL);
+    }
+    if mask & m::PORT != 0 && a.port != 1 {
+        return Err(EINVAL);
+    }
+    if mask & m::ACCESS_FLAGS != 0 {
+        // Atomics are never granted (the device reports no atomic capability), so the bit
+        // is harmless to accept; local write is implicit for QPs.
+        let mut acc = 0;
+        if a.access.contains(Access::REMOTE_WRITE) {
+            acc |= hw::QP_ACCESS_REMOTE_WRITE;
+        }
+        if a.access.contains(Access::REMOTE_READ) {
+            acc |= hw::QP_ACCESS_REMOTE_READ;
+        }
+        out.access = acc;
+        dm |= hw::qp_attr::ACCESS;
+    }
+    if mask & m::QKEY != 0 {
+        out.qkey = a.qkey;
+        dm |= hw::qp_attr::QKEY;
+    }
+    if mask & m::DEST_QPN != 0 {
+        if a.dest_qp_num > 0xff_ffff {
+            return Err(EINVAL);
+        }
+        out.dest_qpn = a.dest_qp_num;
+        dm |= hw::qp_attr::DEST_QPN;
+    }
+    if mask & m::PATH_MTU != 0 {
+        let mtu = u8::try_from(a.path_mtu).map_err(|_| EINVAL)?;
+        hw::mtu_bytes(mtu).ok_or(EINVAL)?;
+        out.path_mtu = mtu;
+        dm |= hw::qp_attr::PATH_MTU;
+    }
+    if mask & m::TIMEOUT != 0 {
+        if a.timeout > 31 {
+            return Err(EINVAL);
+        }
+        out.timeout = a.timeout;
+        dm |= hw::qp_attr::TIMEOUT;
+    }
+    if mask & m::RETRY_CNT != 0 {
+        if a.retry_cnt > 7 {
+            return Err(EINVAL);
+        }
+        out.retry_cnt = a.retry_cnt;
+        dm |= hw::qp_attr::RETRY_CNT;
+    }
+    if mask & m::RNR_RETRY != 0 {
+        if a.rnr_retry > 7 {
+            return Err(EINVAL);
+        }
+        out.rnr_retry = a.rnr_retry;
+        dm |= hw::qp_attr::RNR_RETRY;
+    }
+    if mask & m::MIN_RNR_TIMER != 0 {
+        if a.min_rnr_timer > 31 {
+            return Err(EINVAL);
+        }
+        out.min_rnr_timer = a.min_rnr_timer;
+        dm |= hw::qp_attr::MIN_RNR_TIMER;
+    }
+    if mask & m::RQ_PSN != 0 {
+        out.rq_psn = a.rq_psn & 0xff_ffff;
+        dm |= hw::qp_attr::RQ_PSN;
+    }
+    if mask & m::SQ_PSN != 0 {
+        out.sq_psn = a.sq_psn & 0xff_ffff;
+        dm |= hw::qp_attr::SQ_PSN;
+    }
+    if mask & m::MAX_QP_RD_ATOMIC != 0 {
+        if a.max_rd_atomic > hw::MAX_RD_ATOMIC {
+            return Err(EINVAL);
+        }
+        out.max_rd_atomic = a.max_rd_atomic;
+        dm |= hw::qp_attr::MAX_RD_ATOMIC;
+    }
+    if mask & m::MAX_DEST_RD_ATOMIC != 0 {
+        if a.max_dest_rd_atomic > hw::MAX_RD_ATOMIC {
+            return Err(EINVAL);
+        }
+        out.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        dm |= hw::qp_attr::MAX_DEST_RD_ATOMIC;
+    }
+    if let Some(av) = &a.av {
+        set_av(&mut out, av, qp_num);
+        dm |= hw::qp_attr::AV;
+    }
+    Ok((out, dm))
+}
+
+/// Puts an address vector into device attributes; the UDP source port follows the flow
+/// label, or the QP pair when there is none, as RoCEv2 peers expect.
+pub(crate) fn set_av(out: &mut hw::QpAttrs, av: &Av, qp_num: u32) {
+    out.dgid = av.dgid;
+    out.sgid_index = av.sgid_index;
+    out.hop_limit = av.hop_limit;
+    out.traffic_class = av.traffic_class;
+    out.flow_label = av.flow_label;
+    out.dmac = av.dmac;
+    out.udp_sport = udp_sport(av.flow_label, qp_num, out.dest_qpn);
+    out.vlan_id = av.vlan.unwrap_or(0);
+    out.av_flags = 0;
+    if av.ipv4 {
+        out.av_flags |= hw::AV_FLAG_IPV4;
+    }
+    if av.vlan.is_some() {
+        out.av_flags |= hw::AV_FLAG_VLAN;
+    }
+}
+
+impl IbData<'_> {
+    pub(crate) fn create_qp(
+        &self,
+        ctx: &UContext,
+        pd: &Pd,
+        attr: &mut QpInitAttr<'_, crate::ibdev::FerrdmaIb>,
+        events: QpEvents,
+        udata: &mut UData<'_>,
+    ) -> Result<NewQp<Qp>> {
+        let hw_type = match attr.qp_type {
+            QpType::Rc => hw::QP_TYPE_RC,
+            QpType::Ud => hw::QP_TYPE_UD,
+            _ => return Err(EOPNOTSUPP),
+        };
+        if attr.create_flags != 0 || attr.has_srq {
+            return Err(EOPNOTSUPP);
+        }
+        if udata.inlen() < CreateQpReq::SIZE || udata.outlen() < CreateQpResp::MIN_SIZE {
+            return Err(EINVAL);
+        }
+        let mut b = [0u8; CreateQpReq::SIZE];
+        udata.read_in(&mut b)?;
+        let req = CreateQpReq::decode(&b);
+        let c = attr.cap;
+        let rings = QpRings::for_caps(
+            c.max_send_wr,
+            c.max_send_sge,
+            c.max_inline_data,
+            c.max_recv_wr,
+            c.max_recv_sge,
+            &self.caps,
+        )?;
+        let ring = self.claim_ring(ctx, req.user_wqe_bufs, true)?;
+        let RingKind::Qp { sq_pages, rq_pages } = ring.kind else {
+            ring.release();
+            return Err(EINVAL);
+        };
+        let built = (|| -> Result<(PageList, PageList, u64)> {
+            if rings.sq_pages() > sq_pages || rings.rq_pages() > rq_pages {
+                return Err(EINVAL);
+            }
+            let sq = PageList::new(
+                self.dev,
+                ring.pages(0, rings.sq_pages())?,
+                hw::QUEUE_PAGE_SIZE,
+            )?;
+            let rq = PageList::new(
+                self.dev,
+                ring.pages(sq_pages, rings.rq_pages())?,
+                hw::QUEUE_PAGE_SIZE,
+            )?;
+            Ok((sq, rq, ring.page(sq_pages + rq_pages)?))
+        })();
+        let (sq, rq, shadow) = match built {
+            Ok(v) => v,
+            Err(e) => {
+                ring.release();
+                return Err(e);
+            }
+        };
+        let id = match self.ids.lock().qps.alloc(2) {
+            Some(id) if id < self.caps.max_qp.min(hw::MAX_QP) => id,
+            Some(id) => {
+                self.ids.lock().qps.free(id);
+                ring.release();
+                return Err(ENOMEM);
+            }
+            None => {
+                ring.release();
+                return Err(ENOMEM);
+            }
+        };
+        let mut attrs = hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE]);
+        attrs.udp_sport = udp_sport(0, id, 0);
+        let soft = KBox::pin_init(
+            new_mutex!(Soft {
+                state: QpState::Reset,
+                attrs,
+            }),
+            GFP_KERNEL,
+        );
+        let undo = |e: Error| {
+            self.ids.lock().qps.free(id);
+            ring.release();
+            e
+        };
+        let soft = soft.map_err(|e| undo(e.into()))?;
+        let mut cmd = hw::CreateQp::decode(&[0; hw::CreateQp::SIZE]);
+        cmd.hdr = header(hw::admin_op::CREATE_QP);
+        cmd.qp_id = id;
+        cmd.pd = pd.id();
+        cmd.send_cq = attr.send_cq.id();
+        cmd.recv_cq = attr.recv_cq.id();
+        cmd.qp_type = hw_type;
+        cmd.rq_shift = rings.rq_shift;
+        cmd.db_page = ctx.db_page();
+        cmd.sq_quanta = rings.sq_depth;
+        cmd.rq_wqes = rings.actual_rq_size();
+        cmd.sq_ring = sq.descriptor();
+        cmd.rq_ring = rq.descriptor();
+        cmd.shadow_addr = shadow;
+        cmd.compl_ctx = req.user_compl_ctx;
+        self.admin(&cmd.encode()).map_err(undo)?;
+
+        let caps = abi::QP_CAP_SEND_WITH_IMM
+            | abi::QP_CAP_ROCE
+            | if hw_type == hw::QP_TYPE_RC {
+                abi::QP_CAP_WRITE_WITH_IMM
+            } else {
+                0
+            };
+        let resp = CreateQpResp {
+            qp_id: id,
+            actual_sq_size: rings.actual_sq_size(),
+            actual_rq_size: rings.actual_rq_size(),
+            qp_caps: caps,
+        };
+        if let Err(e) = udata.respond(&resp.encode()) {
+            let _ = self.destroy_object(hw::admin_op::DESTROY_QP, id);
+            return Err(undo(e));
+        }
+        let qp = Qp {
+            id,
+            qp_type: attr.qp_type,
+            cap: attr.cap,
+            ring,
+            _sq: sq,
+            _rq: rq,
+            soft,
+        };
+        self.tables.lock().set_qp(id, Some(events));
+        Ok(NewQp {
+            value: qp,
+            qp_num: id,
+        })
+    }
+
+    pub(crate) fn modify_qp(
+        &self,
+        qp: &Qp,
+        a: &QpAttr,
+        mask: u32,
+        udata: Option<&mut UData<'_>>,
+    ) -> Result {
+        let mut soft = qp.soft.lock();
+        let cur = if mask & m::CUR_STATE != 0 {
+            a.cur_state
+        } else {
+            soft.state
+        };
+        let next = if mask & m::STATE != 0 { a.state } else { cur };
+
+        // libirdma's reflush: a QP already in ERR is "moved" to ERR again to flush WQEs
+        // posted since (irdma-abi §2.7).
+        if soft.state == QpState::Err && next == QpState::Err {
+            let mut flags = 0;
+            if let Some(u) = udata {
+                if u.inlen() >= ModifyQpReq::SIZE {
+                    let mut b = [0u8; ModifyQpReq::SIZE];
+                    u.read_in(&mut b)?;
+                    let r = ModifyQpReq::decode(&b);
+                    if r.sq_flush {
+                        flags |= hw::MODIFY_QP_SQ_FLUSH;
+                    }
+                    if r.rq_flush {
+                        flags |= hw::MODIFY_QP_RQ_FLUSH;
+                    }
+                }
+            }
+            let mut cmd = hw::ModifyQp::decode(&[0; hw::ModifyQp::SIZE]);
+            cmd.hdr = header(hw::admin_op::MODIFY_QP);
+            cmd.qp_id = qp.id;
+            cmd.attr_mask = hw::qp_attr::STATE;
+            cmd.flags = flags;
+            cmd.attrs = soft.attrs;
+            return self.admin(&cmd.encode()).map(|_| ());
+        }
+        if !transition_ok(cur, next, qp.qp_type, mask) {
+            return Err(EINVAL);
+        }
+        // A QP cannot be reused after an error (the device keeps its ring indices).
+        if soft.state == QpState::Err && next == QpState::Reset {
+            return Err(EINVAL);
+        }
+        let (attrs, dm) = device_attrs(qp.id, &soft.attrs, a, mask)?;
+        if dm != 0 {
+            let mut cmd = hw::ModifyQp::decode(&[0; hw::ModifyQp::SIZE]);
+            cmd.hdr = header(hw::admin_op::MODIFY_QP);
+            cmd.qp_id = qp.id;
+            cmd.attr_mask = dm;
+            cmd.attrs = attrs;
+            self.admin(&cmd.encode())?;
+        }
+        soft.attrs = attrs;
+        soft.state = next;
+        Ok(())
+    }
+
+    pub(crate) fn query_qp(&self, qp: &Qp) -> QpQuery {
+        let s = *qp.soft.lock();
+        let a = &s.attrs;
+        let mut access = 0;
+        if a.access & hw::QP_ACCESS_REMOTE_WRITE != 0 {
+            access |= Access::REMOTE_WRITE;
+        }
+        if a.access & hw::QP_ACCESS_REMOTE_READ != 0 {
+            access |= Access::REMOTE_READ;
+        }
+        QpQuery {
+            state: s.state,
+            path_mtu: a.path_mtu.into(),
+            qkey: a.qkey,
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            dest_qp_num: a.dest_qpn,
+            access: Access::new(access),
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            cap: qp.cap,
+        }
+    }
+
+    pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result {
+        self.tables.lock().set_qp(qp.id, None);
+        self.destroy_object(hw::admin_op::DESTROY_QP, qp.id)?;
+        self.ids.lock().qps.free(qp.id);
+        qp.ring.release();
+        Ok(())
+    }
+}
+
+#[kunit_tests(ferrdma_qp)]
+mod tests {
+    use super::*;
+
+    fn attr(state: QpState) -> QpAttr {
+        QpAttr {
+            state,
+            cur_state: QpState::Reset,
+            path_mtu: 3,
+            qkey: 0x1111_1111,
+            rq_psn: 0x0100_0005,
+            sq_psn: 7,
+            dest_qp_num: 9,
+            access: Access::new(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE),
+            pkey_index: 0,
+            port: 1,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            av: None,
+        }
+    }
+
+    fn zero() -> hw::QpAttrs {
+        hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE])
+    }
+
+    #[test]
+    fn rtr_attributes_translate() {
+        let mask = m::STATE
+            | m::PATH_MTU
+            | m::DEST_QPN
+            | m::RQ_PSN
+            | m::MAX_DEST_RD_ATOMIC
+            | m::MIN_RNR_TIMER;
+        let r = device_attrs(5, &zero(), &attr(QpState::Rtr), mask);
+        assert!(r.is_ok());
+        if let Ok((a, dm)) = r {
+            assert_eq!(a.state, hw::qp_state::RTR);
+            assert_eq!((a.path_mtu, a.dest_qpn, a.rq_psn), (3, 9, 5));
+            assert_eq!((a.max_dest_rd_atomic, a.min_rnr_timer), (1, 12));
+            assert_eq!(
+                dm,
+                hw::qp_attr::STATE
+                    | hw::qp_attr::PATH_MTU
+                    | hw::qp_attr::DEST_QPN
+                    | hw::qp_attr::RQ_PSN
+                    | hw::qp_attr::MAX_DEST_RD_ATOMIC
+                    | hw::qp_attr::MIN_RNR_TIMER
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        let z = zero();
+        let mut a = attr(QpState::Rts);
+        a.path_mtu = 6;
+        assert!(device_attrs(2, &z, &a, m::PATH_MTU).is_err());
+        a = attr(QpState::Rts);
+        a.retry_cnt = 8;
+        assert!(device_attrs(2, &z, &a, m::RETRY_CNT).is_err());
+        a = attr(QpState::Rts);
+        a.max_rd_atomic = 17;
+        assert!(device_attrs(2, &z, &a, m::MAX_QP_RD_ATOMIC).is_err());
+        a = attr(QpState::Rts);
+        a.dest_qp_num = 1 << 24;
+        assert!(device_attrs(2, &z, &a, m::DEST_QPN).is_err());
+        a = attr(QpState::Init);
+        a.pkey_index = 1;
+        assert!(device_attrs(2, &z, &a, m::PKEY_INDEX).is_err());
+        // Alternate paths and rate limits are not implemented.
+        assert!(matches!(device_attrs(2, &z, &a, m::ALT_PATH), Err(e) if e == EOPNOTSUPP));
+        assert!(matches!(device_attrs(2, &z, &a, m::RATE_LIMIT), Err(e) if e == EOPNOTSUPP));
+    }
+
+    #[test]
+    fn access_and_av() {
+        let r = device_attrs(2, &zero(), &attr(QpState::Init), m::ACCESS_FLAGS);
+        assert!(
+            matches!(r, Ok((a, _)) if a.access == hw::QP_ACCESS_REMOTE_WRITE | hw::QP_ACCESS_REMOTE_READ)
+        );
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        let av = Av {
+            dmac: [2, 0, 0, 0, 0, 1],
+            dgid: g,
+            sgid: g,
+            sgid_index: 3,
+            smac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            ipv4: true,
+        };
+        let mut out = zero();
+        out.dest_qpn = 3;
+        set_av(&mut out, &av, 2);
+        assert_eq!(out.udp_sport, 0xc006);
+        assert_eq!(out.av_flags, hw::AV_FLAG_IPV4);
+        assert_eq!(
+            (out.sgid_index, out.hop_limit, out.dmac),
+            (3, 64, [2, 0, 0, 0, 0, 1])
+        );
+    }
+}
