@@ -1,6 +1,12 @@
 //! Completion queues: the irdma GEN_2 CQ ring written by the device, with polarity per pass,
 //! two-slot extended CQEs, overflow detection from the shadow consumer index, and arming
 //! from the shadow arm word (one event per arm sequence number).
+//!
+//! Doorbell writes are posted (QEMU's vfio-user-pci does not wait for them), so a consumer
+//! that arms and then polls may poll before the device has seen the arm, and a CQE written
+//! in between would never raise an event. Hence, as on real NICs, an arm that finds CQEs the
+//! consumer has not polled yet (shadow head != tail) fires at once: for solicited-only arms,
+//! if a solicited or error CQE is among them. A spurious wakeup is allowed; a lost one is not.
 
 use crate::dma::{DmaError, GuestMemory};
 use crate::interface::{ae, bits, cq_shadow, cqe, CQE_SIZE};
@@ -49,6 +55,8 @@ pub struct Cq {
     polarity: bool,
     pub arm: Arm,
     last_seq: u8,
+    /// Ring index of the newest solicited or error CQE.
+    last_solicited: Option<u32>,
     pub stopped: bool,
 }
 
@@ -72,6 +80,7 @@ impl Cq {
             polarity: true,
             arm: Arm::Off,
             last_seq: 0,
+            last_solicited: None,
             stopped: false,
         }
     }
@@ -92,6 +101,7 @@ impl Cq {
         self.ring = ring;
         self.tail = 0;
         self.polarity = true;
+        self.last_solicited = None;
     }
 
     /// Ring size.
@@ -100,14 +110,16 @@ impl Cq {
     }
 
     /// The CQ-arm doorbell: reads the arm word and arms if its sequence number is new.
-    /// Fails if the shadow area is not readable (the arm state is then unchanged).
-    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<(), DmaError> {
+    /// Returns `true` if the new arm found unpolled CQEs it covers: the event is then due
+    /// now and the CQ is disarmed again (see the module comment). Fails if the shadow area
+    /// is not readable (the arm state is then unchanged).
+    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<bool, DmaError> {
         let mut w = [0u8; 8];
         mem.read(self.shadow_word(cq_shadow::ARM_OFFSET)?, &mut w)?;
         let word = u64::from_le_bytes(w);
         let seq = bits(word, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) as u8;
         if seq == self.last_seq {
-            return Ok(());
+            return Ok(false);
         }
         self.last_seq = seq;
         self.arm = if bits(word, cq_shadow::ARM_NEXT, cq_shadow::ARM_NEXT) != 0 {
@@ -117,18 +129,38 @@ impl Cq {
         } else {
             Arm::Off
         };
-        Ok(())
+        let Some(head) = self.head(mem)? else {
+            return Ok(false);
+        };
+        let size = self.ring.entries();
+        let unpolled = (self.tail + size - head) % size;
+        let due = match self.arm {
+            Arm::Off => false,
+            Arm::Any => unpolled > 0,
+            Arm::Solicited => self
+                .last_solicited
+                .is_some_and(|i| (i + size - head) % size < unpolled),
+        };
+        if due {
+            self.arm = Arm::Off;
+        }
+        Ok(due)
+    }
+
+    /// The consumer index from the shadow area, or `None` if it is out of range.
+    fn head(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
+        let mut h = [0u8; 8];
+        mem.read(self.shadow_word(cq_shadow::HEAD_OFFSET)?, &mut h)?;
+        let head = (u64::from_le_bytes(h) & cq_shadow::HEAD_MASK) as u32;
+        Ok((head < self.ring.entries()).then_some(head))
     }
 
     /// Free slots according to the shadow consumer index, or `None` if it is unusable.
     fn free_slots(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
-        let mut h = [0u8; 8];
-        mem.read(self.shadow_word(cq_shadow::HEAD_OFFSET)?, &mut h)?;
-        let head = (u64::from_le_bytes(h) & cq_shadow::HEAD_MASK) as u32;
-        let size = self.ring.entries();
-        if head >= size {
+        let Some(head) = self.head(mem)? else {
             return Ok(None);
-        }
+        };
+        let size = self.ring.entries();
         let used = (self.tail + size - head) % size;
         Ok(Some(size - 1 - used))
     }
@@ -180,6 +212,9 @@ impl Cq {
             return CqWrite::Dropped(Some(ae::CQ_ACCESS));
         }
         let size = self.ring.entries();
+        if c.solicited_or_error() {
+            self.last_solicited = Some(self.tail);
+        }
         self.tail += need;
         if self.tail >= size {
             self.tail -= size;

@@ -209,9 +209,13 @@ impl Engine {
             return;
         }
         self.stats.doorbells += 1;
-        if cq.arm_doorbell(env.mem).is_err() {
-            self.stats.dma_faults += 1;
-            log::debug!("CQ {cq_id}: shadow area not readable on arm");
+        match cq.arm_doorbell(env.mem) {
+            Ok(true) => self.completion_event(env, cq_id),
+            Ok(false) => {}
+            Err(_) => {
+                self.stats.dma_faults += 1;
+                log::debug!("CQ {cq_id}: shadow area not readable on arm");
+            }
         }
         self.retry_rnr(env, u32::MAX);
     }

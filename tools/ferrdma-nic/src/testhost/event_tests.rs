@@ -241,3 +241,35 @@ fn cq_ring_wraps_with_extended_cqes_straddling_the_end() {
     }
     assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 4);
 }
+
+/// Doorbells are posted writes: an arm can reach the device after CQEs the consumer has not
+/// polled yet. Such an arm fires at once (solicited-only: if one of them is solicited), so
+/// the classic "arm, then poll" consumer never sleeps on a completion that raced the arm.
+#[test]
+fn arm_with_unpolled_cqes_fires_at_once() {
+    let mut r = Rig::rc();
+    r.h.irqs(1);
+    one_send(&mut r, false);
+    // Armed for any with one unpolled CQE: the event is due now.
+    r.h.arm_cq(&r.cq_b, false);
+    assert_eq!(r.h.poll_eq(&mut r.ceq).len(), 1);
+    assert_eq!(r.h.irqs(1), 1);
+    r.h.arm_eq(&r.ceq);
+    // That arm is used up: another completion gives no event.
+    one_send(&mut r, false);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    // Solicited-only with only unsolicited CQEs unpolled: nothing.
+    r.h.arm_cq(&r.cq_b, true);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    // Once everything is polled, a new arm waits for a new completion.
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 2);
+    r.h.arm_cq(&r.cq_b, false);
+    assert!(r.h.poll_eq(&mut r.ceq).is_empty());
+    one_send(&mut r, true);
+    assert_eq!(r.h.poll_eq(&mut r.ceq).len(), 1);
+    r.h.arm_eq(&r.ceq);
+    // A solicited CQE left unpolled satisfies a solicited-only arm at once.
+    r.h.arm_cq(&r.cq_b, true);
+    assert_eq!(r.h.poll_eq(&mut r.ceq).len(), 1);
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
+}
