@@ -169,3 +169,40 @@ expect_no_verbs_objects() {
 		echo "$res" | grep -q " $kind 0 " || fail "$kind objects left behind: $res"
 	done
 }
+
+# roce_v2_gid_index DEV [IP]: the GID table index of DEV's RoCE v2 GID for IPv4 address IP
+# (default: this VM's). Prints nothing if there is none.
+roce_v2_gid_index() {
+	local dev=$1 ip=${2:-$FERRDMA_IP} d=/sys/class/infiniband/$1/ports/1 f i hex
+	hex=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${ip//./ })
+	for f in "$d"/gids/*; do
+		i=${f##*/}
+		[ "$(cat "$f" 2>/dev/null)" = "$hex" ] || continue
+		[ "$(cat "$d/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
+		echo "$i"
+		return 0
+	done
+}
+
+# wait_gid DEV: waits up to 10 s for DEV's RoCE v2 GID of this VM's address; prints its index.
+wait_gid() {
+	local i idx
+	for i in $(seq 100); do
+		idx=$(roce_v2_gid_index "$1")
+		[ -n "$idx" ] && { echo "$idx"; return 0; }
+		sleep 0.1
+	done
+	fail "$1 has no RoCE v2 GID for $FERRDMA_IP"
+}
+
+# wait_listen PORT: waits up to 20 s until something listens on TCP PORT (any address).
+wait_listen() {
+	local hex i
+	hex=$(printf '%04X' "$1")
+	for i in $(seq 200); do
+		awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "nothing listens on TCP port $1"
+}

@@ -15,10 +15,10 @@
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
 
-# /proc/interrupts lists an IRQ only while a handler is installed. The driver installs its
-# handlers only for the duration of the probe-time MSI-X self-test, so none are listed after
-# probe; make this 8 once the AEQ/CEQ handlers stay installed.
-EXPECT_IRQ_LINES=0
+# /proc/interrupts lists an IRQ only while a handler is installed. After the probe-time
+# MSI-X self-test the driver keeps one handler per vector for its event queues (the AEQ on
+# vector 0, a CEQ on each other vector) until remove.
+EXPECT_IRQ_LINES=8
 
 note "PCI devices:"
 lspci -n

@@ -3,9 +3,10 @@
 # ferrdma-test: vms=1 timeout=400
 #
 # Verbs object churn through stock pyverbs + libirdma (guest/verbs_churn.py): 1000 random
-# operations opening and closing contexts and allocating and freeing PDs in random order, with
-# a fixed seed; then a run whose process exits holding objects. Afterwards ib_core tracks no
-# object of ferrdma0, rmmod works and kmemleak has nothing. (CQs, QPs and MRs join the churn as the driver gains them.)
+# operations creating and destroying contexts, PDs, CQs, MRs (ib_umem-pinned, random sizes and
+# access) and RC/UD QPs (random caps, some moved to INIT) in random order, with a fixed seed;
+# then a run whose process exits holding objects. Afterwards ib_core tracks no object of
+# ferrdma0, rmmod works and kmemleak has nothing.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
 
@@ -20,5 +21,5 @@ python3 "$FERRDMA_HARNESS/guest/verbs_churn.py" ferrdma0 300 "${1:-7}" exit \
 	|| fail "verbs_churn.py (exit without cleanup) failed"
 expect_no_verbs_objects
 unload_ferrdma
-kmemleak_check "1000 random context/PD operations"
+kmemleak_check "1000 random verbs operations"
 note "verbs-churn test passed"
