@@ -1,6 +1,6 @@
 #!/bin/bash
 # The `make run` demo, run in every VM by the harness: bring up the ferrdma function with the
-# Rust driver and show what the guest sees. Grows with the driver (ibv_devinfo, ib_write_bw...).
+# Rust driver, show what the guest sees and move data with stock rdma-core and perftest tools.
 set -euo pipefail
 . "$FERRDMA_HARNESS/guest/lib.sh"
 me="vm$FERRDMA_NODE"
@@ -12,7 +12,19 @@ dmesg | grep -E 'ferrdma .*: (admin queue up|registered)' | sed "s/^/$me: dmesg:
 echo "$me: rdma link: $(rdma link show ferrdma0/1)"
 ibv_devices | sed "s/^/$me: /"
 ibv_devinfo -d ferrdma0 | grep -E 'hca_id|fw_ver|node_guid|vendor|hw_ver|state|active_mtu|link_layer' | sed "s/^/$me: /"
-grep -E 'ferrdma' /proc/interrupts | awk -v me="$me" '{ print me ": irq " $1 " " $NF }' || true
+gid=$(wait_gid ferrdma0)
+echo "$me: RoCE v2 GID index $gid: $(cat /sys/class/infiniband/ferrdma0/ports/1/gids/$gid)"
+# Stock libibverbs + libirdma + perftest on this VM's ferrdma0, two processes talking through
+# the NIC (its loopback path): user MRs, CQs, QPs, doorbells, CQ events.
+ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 200 -s 4096 -e > /tmp/pp-server.log 2>&1 &
+wait_listen 18515
+ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 200 -s 4096 -e 127.0.0.1 | grep -E 'bytes in|iters in' | sed "s/^/$me: ibv_rc_pingpong -e: /"
+wait
+ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 500 > /tmp/bw-server.log 2>&1 &
+wait_listen 18515
+ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 500 127.0.0.1 | grep -E '^ +#bytes|^ +65536' | sed "s/^/$me: ib_write_bw: /"
+wait
+grep -E 'ferrdma' /proc/interrupts | awk -v me="$me" '{ print me ": irq " $1 " " $(NF-1) " " $NF " count " $2 + $3 }' || true
 if [ -n "${FERRDMA_PEER_IP:-}" ]; then
 	ping -c 2 -W 5 "$FERRDMA_PEER_IP" | sed "s/^/$me: /"
 	barrier pinged 120   # stay up until the peer has pinged us too
