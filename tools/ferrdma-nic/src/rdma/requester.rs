@@ -22,7 +22,7 @@ use super::path::PathError;
 use super::seglist::{SegFault, SegList};
 use super::transport::{
     ack_timeout_us, psn_add, psn_diff, rnr_timer_us, Payload, PendKind, Pending, ACK_REQ_EVERY,
-    MAX_INFLIGHT_PKTS, MAX_PENDING_WQES, PKEY, PSN_MASK,
+    MAX_INFLIGHT_PKTS, MAX_PENDING_WQES, PKEY, PSN_MASK, READ_CHUNK_PKTS,
 };
 use super::wqe::SqWqe;
 use super::{Engine, Env};
@@ -43,25 +43,30 @@ pub(super) fn bth(opcode: u8, dest_qp: u32, psn: u32) -> Bth {
     }
 }
 
-/// The next packet of a pending entry (its `sent`-th).
+/// The next packet of a pending entry (its `sent`-th), and how many PSNs it covers.
 fn request_packet(
     mem: &dyn GuestMemory,
     p: &Pending,
     mtu: u32,
     dqpn: u32,
-) -> Result<(Bth, ExtHeaders, Vec<u8>), SegFault> {
+) -> Result<(Bth, ExtHeaders, Vec<u8>, u32), SegFault> {
     let mtu64 = u64::from(mtu);
     let mut ext = ExtHeaders::default();
     if let PendKind::Read { va, rkey, .. } = &p.kind {
-        // A READ (re)starts at the first response not yet received.
-        let off = u64::from(p.acked) * mtu64;
-        let b = bth(op::RC_READ_REQUEST, dqpn, psn_add(p.first_psn, p.acked));
+        // The rest of the current chunk of responses. Chunks are aligned to the READ's
+        // start, so a request resumed from the middle never reaches past what the first
+        // pass asked for (the responder would take that part for a new request).
+        let chunk_end = (p.sent / READ_CHUNK_PKTS + 1).saturating_mul(READ_CHUNK_PKTS);
+        let count = chunk_end.min(p.npkts).saturating_sub(p.sent).max(1);
+        let off = u64::from(p.sent) * mtu64;
+        let len = p.len.saturating_sub(off).min(u64::from(count) * mtu64);
+        let b = bth(op::RC_READ_REQUEST, dqpn, psn_add(p.first_psn, p.sent));
         ext.reth = Some(Reth {
             va: va.wrapping_add(off),
             rkey: *rkey,
-            dma_len: p.len.saturating_sub(off) as u32,
+            dma_len: len as u32,
         });
-        return Ok((b, ext, Vec::new()));
+        return Ok((b, ext, Vec::new(), count));
     }
     let k = p.sent;
     let off = u64::from(k) * mtu64;
@@ -136,7 +141,7 @@ fn request_packet(
         }
         PendKind::Read { .. } => {}
     }
-    Ok((b, ext, payload))
+    Ok((b, ext, payload, 1))
 }
 
 impl Engine {
@@ -252,9 +257,15 @@ impl Engine {
             let Some(p) = qp.req.pending.get(i) else {
                 return;
             };
+            // No more READ requests in flight than the responder accepts.
+            let max_reads = u32::from(qp.attrs.max_rd_atomic.clamp(1, MAX_RD_ATOMIC));
+            let reads: u32 = qp.req.pending.iter().map(Pending::read_requests).sum();
+            if p.is_read() && reads >= max_reads {
+                return;
+            }
             let attrs = qp.attrs;
             let pkt = request_packet(env.mem, p, mtu, attrs.dest_qpn);
-            let (b, ext, payload) = match pkt {
+            let (b, ext, payload, covers) = match pkt {
                 Ok(x) => x,
                 Err(SegFault) => {
                     self.stats.dma_faults += 1;
@@ -273,7 +284,7 @@ impl Engine {
             }
             let Some(qp) = self.qp_mut(qp_id) else { return };
             if let Some(p) = qp.req.pending.get_mut(i) {
-                p.sent += 1;
+                p.sent += covers;
             }
             if qp.req.deadline.is_none() {
                 qp.req.deadline = ack_timeout_us(qp.attrs.timeout).map(|t| env.now_us + t);
@@ -314,8 +325,7 @@ impl Engine {
     /// anything was acknowledged that was not before.
     fn ack_upto(&mut self, env: &Env<'_>, qp_id: u32, psn: u32) -> bool {
         let mut progress = false;
-        loop {
-            let Some(qp) = self.qp_mut(qp_id) else { break };
+        while let Some(qp) = self.qp_mut(qp_id) {
             let Some(head) = qp.req.pending.front_mut() else {
                 break;
             };
@@ -375,11 +385,7 @@ impl Engine {
         let Some(qp) = self.qp_mut(qp_id) else { return };
         for p in qp.req.pending.iter_mut() {
             let d = psn_diff(psn, p.first_psn);
-            if p.is_read() {
-                if d < p.npkts as i32 {
-                    p.sent = 0;
-                }
-            } else if d <= 0 {
+            if d <= 0 {
                 p.sent = 0;
             } else if (d as u32) < p.npkts {
                 p.sent = d as u32;
@@ -515,15 +521,16 @@ impl Engine {
         let n = p.npkts;
         let off = u64::from(k) * u64::from(mtu);
         let want = p.len.saturating_sub(off).min(u64::from(mtu)) as usize;
-        let want_op = match (k == 0, k + 1 == n) {
-            (true, true) => op::RC_READ_RESPONSE_ONLY,
-            (true, false) => op::RC_READ_RESPONSE_FIRST,
-            (false, true) => op::RC_READ_RESPONSE_LAST,
-            (false, false) => op::RC_READ_RESPONSE_MIDDLE,
-        };
-        if h.bth.opcode != want_op || payload.len() != want {
+        // Each READ request message (a chunk, or a request resumed from the middle) is
+        // answered by its own FIRST..LAST sequence, so only the end of the whole READ is
+        // checked against the opcode; the length pins the position.
+        let ends = matches!(
+            h.bth.opcode,
+            op::RC_READ_RESPONSE_LAST | op::RC_READ_RESPONSE_ONLY
+        );
+        if (k + 1 == n && !ends) || payload.len() != want {
             log::debug!(
-                "QP {qp_id}: READ response {:#x} of {} bytes where {want_op:#x} of {want} was due",
+                "QP {qp_id}: READ response {:#x} of {} bytes at packet {k} of {n} ({want} due)",
                 h.bth.opcode,
                 payload.len()
             );

@@ -18,7 +18,11 @@ use crate::interface::MAX_RD_ATOMIC;
 use super::seglist::SegList;
 
 /// Unacknowledged packets per QP (READ response packets count); the window of Go-Back-N.
-pub const MAX_INFLIGHT_PKTS: u32 = 256;
+/// Small enough that one loss costs a bounded resend, large enough to keep a link busy.
+pub const MAX_INFLIGHT_PKTS: u32 = 128;
+/// A READ WQE asks for at most this many response packets per READ request message, so a
+/// lost response costs a bounded resend and the responder never runs far ahead.
+pub const READ_CHUNK_PKTS: u32 = 32;
 /// WQEs sent and not yet acknowledged, per QP.
 pub const MAX_PENDING_WQES: usize = 128;
 /// The requester asks for an ACK at least every this many packets (and on every last one).
@@ -109,7 +113,8 @@ pub struct Pending {
     /// First PSN and PSNs used (packets of the message, or READ response packets).
     pub first_psn: u32,
     pub npkts: u32,
-    /// Packets (a READ: requests) emitted in the current pass; a retransmission lowers it.
+    /// Packets emitted in the current pass (a READ: response packets requested); a
+    /// retransmission lowers it.
     pub sent: u32,
     /// Packets acknowledged (a READ: responses received in order).
     pub acked: u32,
@@ -126,10 +131,17 @@ impl Pending {
 
     /// Whether every packet of this entry has been emitted in the current pass.
     pub fn all_sent(&self) -> bool {
+        self.sent >= self.npkts
+    }
+
+    /// READ request messages outstanding (each asks for up to [`READ_CHUNK_PKTS`]).
+    pub fn read_requests(&self) -> u32 {
         if self.is_read() {
-            self.sent > 0
+            self.sent
+                .saturating_sub(self.acked)
+                .div_ceil(READ_CHUNK_PKTS)
         } else {
-            self.sent >= self.npkts
+            0
         }
     }
 }
@@ -156,11 +168,7 @@ impl ReqState {
     pub fn inflight_pkts(&self) -> u32 {
         self.pending
             .iter()
-            .map(|p| match p.kind {
-                PendKind::Read { .. } if p.sent > 0 => p.npkts.saturating_sub(p.acked),
-                PendKind::Read { .. } => 0,
-                _ => p.sent.saturating_sub(p.acked),
-            })
+            .map(|p| p.sent.saturating_sub(p.acked))
             .fold(0u32, u32::saturating_add)
     }
 }

@@ -12,6 +12,7 @@ mod error_tests;
 mod event_tests;
 mod fuzz;
 mod more_tests;
+mod wire_tests;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -164,6 +165,8 @@ impl Buf {
 pub struct Host {
     pub dev: Device,
     pub ram: File,
+    /// Guest RAM bytes (from `RAM_BASE`).
+    pub ram_size: u64,
     next: u64,
     irqs: Vec<File>,
     aq: u64,
@@ -179,18 +182,23 @@ impl Host {
     /// A device with guest RAM mapped, bus mastering and MSI-X on, vectors wired, the
     /// engine reset and the admin queue running.
     pub fn new() -> Self {
+        Self::with_ram(RAM_SIZE)
+    }
+
+    /// Like [`Host::new`] with `ram_size` bytes of guest RAM.
+    pub fn with_ram(ram_size: u64) -> Self {
         // Guest RAM sits between two guard pages of the memfd that are never mapped to the
         // device; `guards_intact` checks that the device never wrote them.
-        let ram = memfd(RAM_SIZE + 2 * GUARD);
+        let ram = memfd(ram_size + 2 * GUARD);
         ram.write_all_at(&[GUARD_BYTE; GUARD as usize], 0).unwrap();
-        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], GUARD + RAM_SIZE)
+        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], GUARD + ram_size)
             .unwrap();
         let mut dev = Device::new("testhost");
         dev.dma_map(
             DMA_MAP_READ | DMA_MAP_WRITE,
             GUARD,
             RAM_BASE,
-            RAM_SIZE,
+            ram_size,
             Some(ram.try_clone().unwrap()),
         )
         .unwrap();
@@ -207,6 +215,7 @@ impl Host {
         let mut h = Self {
             dev,
             ram,
+            ram_size,
             next: 0x1000,
             irqs,
             aq: 0,
@@ -237,7 +246,7 @@ impl Host {
     /// Whether the guard pages around guest RAM still hold their pattern.
     pub fn guards_intact(&self) -> bool {
         let mut b = vec![0u8; GUARD as usize];
-        [0, GUARD + RAM_SIZE].iter().all(|&off| {
+        [0, GUARD + self.ram_size].iter().all(|&off| {
             self.ram.read_exact_at(&mut b, off).unwrap();
             b.iter().all(|&x| x == GUARD_BYTE)
         })
@@ -268,7 +277,7 @@ impl Host {
     pub fn alloc(&mut self, len: u64, align: u64) -> u64 {
         let at = self.next.next_multiple_of(align);
         self.next = at + len.max(1);
-        assert!(self.next <= RAM_SIZE, "test host out of guest RAM");
+        assert!(self.next <= self.ram_size, "test host out of guest RAM");
         RAM_BASE + at
     }
 
