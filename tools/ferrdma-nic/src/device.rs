@@ -179,6 +179,10 @@ impl Device {
 
     /// When [`Device::tick`] next has work (device clock), if ever.
     pub fn next_deadline(&self) -> Option<u64> {
+        // Without Bus Master Enable the engine can do nothing: its timers wait.
+        if !self.config.bus_master() {
+            return None;
+        }
         self.engine.next_deadline(self.clock.now_us())
     }
 

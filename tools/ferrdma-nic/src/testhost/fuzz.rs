@@ -336,12 +336,12 @@ pub fn apply(r: &mut Rig, op: &Op) {
         }
         Op::Doorbell(off, data) => {
             let _ =
-                r.h.dev
+                r.h.dev()
                     .write_region(crate::vfio_layout::REGION_DB, *off, data);
         }
         Op::Reg(reg, v) => {
             let _ =
-                r.h.dev
+                r.h.dev()
                     .write_region(REGION_BAR0, *reg as u64, &v.to_le_bytes());
         }
         Op::Shadow(which, head, arm) => {
@@ -376,7 +376,7 @@ pub fn apply(r: &mut Rig, op: &Op) {
                 fresh(r);
             }
         }
-        Op::Tick => r.h.dev.tick(),
+        Op::Tick => r.h.dev().tick(),
         Op::CqStress(shadow, ring, size) => cq_stress(r, *shadow, *ring, *size),
     }
     // Keep draining CQs and EQs like a driver would, so the device keeps producing.
@@ -534,7 +534,7 @@ fn fuzz_storm() {
             done += 1;
         }
         sequences += 1;
-        let st = *r.h.dev.engine().stats();
+        let st = *r.h.dev().engine().stats();
         for (sum, v) in totals.iter_mut().zip([
             st.admin_cmds,
             st.admin_errors,

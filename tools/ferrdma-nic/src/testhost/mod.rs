@@ -23,6 +23,7 @@ use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
 use crate::interface::*;
 use crate::mapping::test_util::memfd;
 use crate::msix::test_util::{count, eventfd};
+use crate::shared::SharedDevice;
 use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB};
 
 /// Guest-physical base of guest RAM.
@@ -163,7 +164,8 @@ impl Buf {
 }
 
 pub struct Host {
-    pub dev: Device,
+    /// The device, shared the way the vfio-user server shares it with its engine thread.
+    pub shared: SharedDevice,
     pub ram: File,
     /// Guest RAM bytes (from `RAM_BASE`).
     pub ram_size: u64,
@@ -213,7 +215,7 @@ impl Host {
         )
         .unwrap();
         let mut h = Self {
-            dev,
+            shared: SharedDevice::new(dev),
             ram,
             ram_size,
             next: 0x1000,
@@ -227,7 +229,7 @@ impl Host {
             mr_pages: HashMap::new(),
         };
         h.cfg_w16(4, 0x6); // memory + bus master
-        h.dev
+        h.dev()
             .write_region(REGION_CONFIG, MSIX_CAP_OFFSET as u64 + 3, &[0x80])
             .unwrap();
         assert_eq!(h.reg(REG_FEATURES) & FEATURE_RDMA, FEATURE_RDMA);
@@ -241,6 +243,11 @@ impl Host {
         h.set_reg(REG_AQ_CTRL, AQ_CTRL_ENABLE | AQ_CTRL_IRQ);
         assert_eq!(h.reg(REG_AQ_STATUS), aq_status::OK);
         h
+    }
+
+    /// The device (locked).
+    pub fn dev(&self) -> std::sync::MutexGuard<'_, Device> {
+        self.shared.lock()
     }
 
     /// Whether the guard pages around guest RAM still hold their pattern.
@@ -268,7 +275,7 @@ impl Host {
     }
 
     pub fn cfg_w16(&mut self, off: u64, v: u16) {
-        self.dev
+        self.dev()
             .write_region(REGION_CONFIG, off, &v.to_le_bytes())
             .unwrap();
     }
@@ -303,14 +310,14 @@ impl Host {
 
     pub fn reg(&self, off: usize) -> u32 {
         let mut b = [0u8; 4];
-        self.dev
+        self.dev()
             .read_region(REGION_BAR0, off as u64, &mut b)
             .unwrap();
         u32::from_le_bytes(b)
     }
 
     pub fn set_reg(&mut self, off: usize, v: u32) {
-        self.dev
+        self.dev()
             .write_region(REGION_BAR0, off as u64, &v.to_le_bytes())
             .unwrap();
     }
@@ -322,7 +329,7 @@ impl Host {
 
     pub fn doorbell(&mut self, page: u32, off: usize, v: u32) {
         let at = u64::from(page) * DB_PAGE_SIZE as u64 + off as u64;
-        self.dev
+        self.dev()
             .write_region(REGION_DB, at, &v.to_le_bytes())
             .unwrap();
     }

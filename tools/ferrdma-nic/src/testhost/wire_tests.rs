@@ -80,8 +80,12 @@ struct Nic {
 
 impl Nic {
     fn new(i: u8, clock: &Arc<AtomicU64>, buf: u64) -> Self {
+        Self::with_clock(i, Clock::Manual(Arc::clone(clock)), buf)
+    }
+
+    fn with_clock(i: u8, clock: Clock, buf: u64) -> Self {
         let mut h = Host::with_ram(2 * buf.next_multiple_of(2 << 20) + (16 << 20));
-        h.dev.set_clock(Clock::Manual(Arc::clone(clock)));
+        h.dev().set_clock(clock);
         let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 256);
         let ceq = h.create_eq(1, EQ_KIND_CEQ, 1, 256);
         h.arm_eq(&aeq);
@@ -263,10 +267,10 @@ impl Net {
         for f in frames {
             if to_b {
                 if !self.b_gone {
-                    self.b.h.dev.rx_frame(&f);
+                    self.b.h.dev().rx_frame(&f);
                 }
             } else {
-                self.a.h.dev.rx_frame(&f);
+                self.a.h.dev().rx_frame(&f);
             }
         }
     }
@@ -275,8 +279,8 @@ impl Net {
     /// is left to do; returns whether `done` was reached.
     fn run(&mut self, mut done: impl FnMut(&mut Net) -> bool) -> bool {
         for _ in 0..50_000_000u64 {
-            let fa = self.a.h.dev.take_tx();
-            let fb = self.b.h.dev.take_tx();
+            let fa = self.a.h.dev().take_tx();
+            let fb = self.b.h.dev().take_tx();
             assert!(fa.len() <= MAX_OUTBOX && fb.len() <= MAX_OUTBOX);
             if !fa.is_empty() || !fb.is_empty() {
                 self.carry(fa, true);
@@ -288,8 +292,8 @@ impl Net {
             }
             let now = self.now();
             let due = [
-                self.a.h.dev.next_deadline(),
-                self.b.h.dev.next_deadline(),
+                self.a.h.dev().next_deadline(),
+                self.b.h.dev().next_deadline(),
                 self.to_a
                     .as_ref()
                     .and_then(Link::next_due)
@@ -314,8 +318,8 @@ impl Net {
                 }
                 self.deliver(out, to_b);
             }
-            self.a.h.dev.tick();
-            self.b.h.dev.tick();
+            self.a.h.dev().tick();
+            self.b.h.dev().tick();
         }
         false
     }
@@ -847,4 +851,216 @@ fn many_small_messages_in_flight_complete_in_order() {
     let idx: Vec<u32> = sc.iter().map(|c| c.wqe_idx()).collect();
     assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
     assert_eq!(net.b.h.read(net.b.dst.gpa, 10_000), data);
+}
+
+/// Polls `cq` on the wall clock until `n` CQEs arrived (the engine threads do the work).
+fn wait_cqes(h: &Host, cq: &mut CqH, n: usize) -> Vec<Cqe> {
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "timed out waiting for {n} CQEs: {out:?}"
+        );
+        out.extend(h.poll_cq(cq));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    out
+}
+
+/// The process as `main` builds it: two NICs with engine threads on a real hub (switch
+/// thread, a LAN socket, pcap), the real clock. RC traffic between the NICs goes engine to
+/// engine through the switch; a plain LAN station exchanges UD RoCE frames with NIC A.
+#[test]
+fn nics_and_a_lan_station_on_a_running_fabric() {
+    use crate::device::TxSink;
+    use crate::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
+    use crate::fabric::stream::{encode, Decoder};
+    use crate::shared::spawn_engine;
+    use crate::wire::{bth::Bth, eth::EthHeader, ext::Deth, ipv4::Ipv4Header};
+    use crate::wire::{ExtHeaders, Headers, IpHeader};
+    use std::io::{Read, Write};
+    use std::sync::mpsc::sync_channel;
+
+    let dir = std::env::temp_dir().join(format!("ferrdma-wire-hub-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (lan, cap) = (dir.join("lan.sock"), dir.join("cap.pcap"));
+    let (txa, rxa) = sync_channel(ENGINE_QUEUE);
+    let (txb, rxb) = sync_channel(ENGINE_QUEUE);
+    let hub = Hub::start(
+        std::slice::from_ref(&lan),
+        Some(&cap),
+        vec![
+            NicAttachment {
+                mac: mac(1),
+                inbound: txa,
+            },
+            NicAttachment {
+                mac: mac(2),
+                inbound: txb,
+            },
+        ],
+        Faults::default(),
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let mut a = Nic::with_clock(1, Clock::Real(start), 1 << 20);
+    let mut b = Nic::with_clock(2, Clock::Real(start), 1 << 20);
+    for (n, port) in [&a, &b].into_iter().zip(hub.engine_ports.iter().cloned()) {
+        n.h.dev().set_sink(TxSink(Box::new(move |f| port.send(f))));
+    }
+    let ea = spawn_engine("a", a.h.shared.clone(), Some(rxa)).unwrap();
+    let eb = spawn_engine("b", b.h.shared.clone(), Some(rxb)).unwrap();
+    let p = Path {
+        mtu: 3,
+        timeout: 14,
+        ..Path::default()
+    };
+    a.connect(2, p, 100, 200);
+    b.connect(1, p, 200, 100);
+
+    // SEND, WRITE and READ between the NICs.
+    let data = pattern(1 << 20, 77);
+    a.h.write(a.src.gpa, &data);
+    let sg = b.dst.sg(0, 100_000);
+    b.h.post_recv(&mut b.qp, &[sg]);
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![a.src.sg(0, 100_000)],
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &send);
+    let c = wait_cqes(&b.h, &mut b.rcq, 1);
+    assert_eq!((c[0].error(), c[0].len()), (None, 100_000));
+    assert_eq!(b.h.read(b.dst.gpa, 100_000), data[..100_000]);
+    let write = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![a.src.sg(0, 1 << 20)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &write);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![a.dst.sg(0, 1 << 20)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &read);
+    let c = wait_cqes(&a.h, &mut a.scq, 3);
+    assert!(c.iter().all(|c| c.error().is_none()), "{c:?}");
+    assert_eq!(b.h.read(b.dst.gpa, 1 << 20), data);
+    assert_eq!(a.h.read(a.dst.gpa, 1 << 20), data);
+
+    // A LAN station (say a VM with rxe) sends a UD RoCE frame to NIC A's UD QP...
+    let station = [0x52, 0x54, 0, 0, 0, 0x77];
+    let mut conn = std::os::unix::net::UnixStream::connect(&lan).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let sg = a.dst.sg(0, 40 + 16);
+    a.h.post_recv(&mut a.ud, &[sg]);
+    let h = Headers {
+        eth: EthHeader {
+            dst: mac(1),
+            src: station,
+            vlan: None,
+        },
+        ip: IpHeader::V4(Ipv4Header {
+            src: [10, 0, 0, 77],
+            dst: [10, 0, 0, 1],
+            traffic_class: 0,
+            ttl: 64,
+            identification: 1,
+        }),
+        udp_src_port: 0xc077,
+        bth: Bth {
+            opcode: crate::wire::opcode::UD_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: UDQPN,
+            ack_req: false,
+            psn: 1,
+        },
+        ext: ExtHeaders {
+            deth: Some(Deth {
+                qkey: QKEY,
+                src_qp: 9,
+            }),
+            ..Default::default()
+        },
+    };
+    let frame = crate::wire::build(&h, b"hello from rxe!!").unwrap();
+    let mut out = Vec::new();
+    encode(&frame, &mut out).unwrap();
+    conn.write_all(&out).unwrap();
+    let c = wait_cqes(&a.h, &mut a.rcq, 1);
+    assert_eq!((c[0].error(), c[0].len()), (None, 56));
+    assert_eq!(a.h.read(a.dst.gpa + 40, 16), b"hello from rxe!!");
+    assert_eq!(a.h.read(a.dst.gpa + 32, 4), [10, 0, 0, 77]);
+
+    // ...and NIC A answers it (the station's MAC was learned on the LAN port).
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 6,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 77],
+            dmac: station,
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(a.h.admin(ah.encode()), admin_status::OK);
+    a.h.write(a.src.gpa, b"hello from NIC A");
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![a.src.sg(0, 16)],
+        hdr_low: 6,
+        qw2: (9u64 << 32) | u64::from(QKEY),
+        ..Default::default()
+    };
+    a.h.send(&mut a.ud, &wr);
+    let mut dec = Decoder::new();
+    let mut got = None;
+    let mut buf = [0u8; 4096];
+    while got.is_none() {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0);
+        dec.feed(&buf[..n], |f| {
+            if let Ok(p) = crate::wire::parse(f) {
+                if p.headers.bth.dest_qp == 9 {
+                    got = Some(p.payload.to_vec());
+                }
+            }
+        })
+        .unwrap();
+    }
+    assert_eq!(got.as_deref(), Some(&b"hello from NIC A"[..]));
+    drop((ea, eb));
+
+    // Everything the switch forwarded is in the capture and parses, ICRC included.
+    let frames = pcap_frames(&std::fs::read(&cap).unwrap());
+    assert!(
+        frames.len() > 2 * (1 << 20) / 1024,
+        "{} frames",
+        frames.len()
+    );
+    for f in &frames {
+        crate::wire::parse(f).unwrap();
+    }
+    drop(hub);
+    let _ = std::fs::remove_dir_all(&dir);
 }
