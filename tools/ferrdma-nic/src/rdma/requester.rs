@@ -675,7 +675,6 @@ impl Engine {
         if let Err(e) = self.transmit(a, b, ext, &payload) {
             // UD is unreliable: a send that cannot go out is lost, not failed.
             log::debug!("QP {qp_id}: UD send dropped: {e}");
-            self.stats.rx_drops += 1;
         }
         Outcome::Done(w.len)
     }
