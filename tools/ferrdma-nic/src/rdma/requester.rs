@@ -324,6 +324,11 @@ impl Engine {
     /// Completes the entries acknowledged up to and including `psn`; returns whether
     /// anything was acknowledged that was not before.
     fn ack_upto(&mut self, env: &Env<'_>, qp_id: u32, psn: u32) -> bool {
+        // An ACK that reached past a READ still missing responses was kept: apply it now.
+        let psn = match self.qp(qp_id).and_then(|q| q.req.acked_beyond) {
+            Some(m) if psn_diff(m, psn) > 0 => m,
+            _ => psn,
+        };
         let mut progress = false;
         while let Some(qp) = self.qp_mut(qp_id) {
             let Some(head) = qp.req.pending.front_mut() else {
@@ -359,6 +364,14 @@ impl Engine {
             } else {
                 qp.sq_unreported = true;
             }
+        }
+        if let Some(qp) = self.qp_mut(qp_id) {
+            qp.req.acked_beyond = qp
+                .req
+                .pending
+                .front()
+                .filter(|head| head.is_read() && psn_diff(psn, head.last_psn()) > 0)
+                .map(|_| psn);
         }
         if progress {
             self.progress(env, qp_id);
@@ -466,22 +479,21 @@ impl Engine {
             }
             Syndrome::Nak(code) => {
                 self.ack_upto(env, qp_id, before);
-                if self.oldest_unacked(qp_id) != Some(psn)
-                    && self
-                        .qp(qp_id)
-                        .and_then(|q| q.req.pending.front())
-                        .is_none_or(|p| {
-                            psn_diff(psn, p.first_psn) < 0 || psn_diff(psn, p.last_psn()) > 0
-                        })
-                {
+                // The NAK names the failed request; it may sit behind a READ still waiting
+                // for responses (which then can never complete: the responder is in ERR).
+                let Some(i) = self.qp(qp_id).and_then(|q| {
+                    q.req.pending.iter().position(|p| {
+                        psn_diff(psn, p.first_psn) >= 0 && psn_diff(psn, p.last_psn()) <= 0
+                    })
+                }) else {
                     return;
-                }
+                };
                 let flush_code = match code {
                     NakCode::RemoteAccessError => flush::REM_ACCESS,
                     NakCode::RemoteOperationalError => flush::REM_OP,
                     _ => flush::REM_INV_REQ,
                 };
-                self.fail_pending(env, qp_id, 0, flush_code, ae::QP_REMOTE_ERROR);
+                self.fail_pending(env, qp_id, i, flush_code, ae::QP_REMOTE_ERROR);
             }
         }
     }

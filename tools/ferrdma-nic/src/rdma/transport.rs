@@ -158,6 +158,9 @@ pub struct ReqState {
     pub deadline: Option<u64>,
     /// Resend (from the oldest unacknowledged PSN) once this passes: RNR back-off.
     pub rnr_until: Option<u64>,
+    /// An ACK covering PSNs after the READ at the head (still missing responses): those
+    /// WQEs complete as soon as the READ does, without waiting for a retransmission.
+    pub acked_beyond: Option<u32>,
     /// A sequence-error NAK or gap already triggered a resend at this PSN; ignore repeats
     /// until there is progress, so one loss does not cause one resend per later packet.
     pub resent_at: Option<u32>,

@@ -226,6 +226,8 @@ struct Net {
     b_gone: bool,
     pcap: Option<PcapWriter<Vec<u8>>>,
     frames: u64,
+    /// Frames towards A for which this returns true are lost.
+    drop_to_a: Option<Box<dyn FnMut(&[u8]) -> bool>>,
 }
 
 impl Net {
@@ -249,6 +251,7 @@ impl Net {
             b_gone: false,
             pcap: None,
             frames: 0,
+            drop_to_a: None,
         }
     }
 
@@ -270,6 +273,9 @@ impl Net {
             if let Some(w) = self.pcap.as_mut() {
                 w.write_at(&f, (now / 1_000_000) as u32, (now % 1_000_000) as u32)
                     .unwrap();
+            }
+            if !to_b && self.drop_to_a.as_mut().is_some_and(|d| d(&f)) {
+                continue;
             }
             let link = if to_b { &mut self.to_b } else { &mut self.to_a };
             match link {
@@ -1288,4 +1294,55 @@ fn reconnect(net: &mut Net, psn: u32) {
         }
         n.connect(peer, Path::default(), psn, psn);
     }
+}
+
+/// A lost READ response is asked for again at once (not after the ACK timeout), and a SEND
+/// acknowledged while that READ was incomplete completes right after the READ.
+#[test]
+fn lost_read_response_recovers_without_waiting_for_the_timer() {
+    let p = Path {
+        timeout: 20, // 4.3 s: any wait for it would show.
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let mut dropped = false;
+    net.drop_to_a = Some(Box::new(move |f| {
+        let Ok(p) = crate::wire::parse(f) else {
+            return false;
+        };
+        let hit = !dropped && p.headers.bth.opcode == crate::wire::opcode::RC_READ_RESPONSE_MIDDLE;
+        dropped |= hit;
+        hit
+    }));
+    let data = pattern(100_000, 4);
+    net.b.h.write(net.b.src.gpa, &data);
+    let sg = net.b.dst.sg(0, 100);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 100_000)],
+        hdr_low: net.b.src.stag,
+        qw2: net.b.src.va,
+        ..Default::default()
+    };
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 100)],
+        ..Default::default()
+    };
+    let t0 = net.now();
+    net.a.h.post_send(&mut net.a.qp, &read);
+    net.a.h.post_send(&mut net.a.qp, &send);
+    net.a.h.ring_sq(&net.a.qp);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        sc.len() == 2
+    }));
+    assert!(sc.iter().all(|c| c.error().is_none()), "{sc:?}");
+    assert_eq!(net.a.h.read(net.a.dst.gpa, 100_000), data);
+    let took = net.now() - t0;
+    assert!(took < 100_000, "took {took} us of device time");
 }
