@@ -18,8 +18,9 @@ use crate::wire::opcode as op;
 use crate::wire::{ExtHeaders, Headers};
 
 use super::exec::{sq_cqe, Outcome, Src};
+use super::mr::{MrTable, Need};
 use super::path::PathError;
-use super::seglist::{SegFault, SegList};
+use super::seglist::{MrRange, Piece, SegFault, SegList};
 use super::transport::{
     ack_timeout_us, psn_add, psn_diff, rnr_timer_us, Payload, PendKind, Pending, ACK_REQ_EVERY,
     MAX_INFLIGHT_PKTS, MAX_PENDING_WQES, PKEY, PSN_MASK, READ_CHUNK_PKTS,
@@ -46,6 +47,7 @@ pub(super) fn bth(opcode: u8, dest_qp: u32, psn: u32) -> Bth {
 /// The next packet of a pending entry (its `sent`-th), and how many PSNs it covers.
 fn request_packet(
     mem: &dyn GuestMemory,
+    mrs: &MrTable,
     p: &Pending,
     mtu: u32,
     dqpn: u32,
@@ -78,7 +80,7 @@ fn request_packet(
             .to_vec(),
         Payload::Guest(s) => {
             let mut buf = vec![0u8; n];
-            s.read_at(mem, off, &mut buf)?;
+            s.read_at(mrs, mem, off, &mut buf)?;
             buf
         }
         Payload::None => Vec::new(),
@@ -179,23 +181,34 @@ impl Engine {
         let mtu = u64::from(self.qp_mtu(qp_id));
         // MAX_MSG_SIZE / 256 is far below 2^24, so this fits a PSN span.
         let npkts = w.len.div_ceil(mtu).max(1) as u32;
+        // Buffers are checked now (the error belongs to this WQE) and translated packet by
+        // packet later.
+        let pieces = w.sges.iter().map(|s| Piece {
+            stag: s.stag,
+            va: s.addr,
+            len: u64::from(s.len),
+        });
         let (kind, payload) = if is_read {
-            match self.scatter(pd, &w.sges, w.len) {
-                Ok(s) => (
-                    PendKind::Read {
-                        va: w.qw2,
-                        rkey: w.hdr_low,
-                        dst: SegList::new(s),
-                    },
-                    Payload::None,
-                ),
-                Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            let dst = MrRange::new(pd, Need::LocalWrite, pieces, w.len);
+            if dst.check(&self.mrs).is_err() {
+                return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
             }
+            let kind = PendKind::Read {
+                va: w.qw2,
+                rkey: w.hdr_low,
+                dst,
+            };
+            (kind, Payload::None)
         } else {
-            let payload = match self.gather(pd, w) {
-                Ok(Src::Bytes(b)) => Payload::Inline(b),
-                Ok(Src::Segs(s)) => Payload::Guest(SegList::new(s)),
-                Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            let payload = match &w.inline {
+                Some(d) => Payload::Inline(d.clone()),
+                None => {
+                    let src = MrRange::new(pd, Need::LocalRead, pieces, w.len);
+                    if src.check(&self.mrs).is_err() {
+                        return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
+                    }
+                    Payload::Guest(src)
+                }
             };
             let kind = match w.opcode {
                 sq_op::RDMA_WRITE | sq_op::RDMA_WRITE_SOL => PendKind::Write {
@@ -264,7 +277,7 @@ impl Engine {
                 return;
             }
             let attrs = qp.attrs;
-            let pkt = request_packet(env.mem, p, mtu, attrs.dest_qpn);
+            let pkt = request_packet(env.mem, &self.mrs, p, mtu, attrs.dest_qpn);
             let (b, ext, payload, covers) = match pkt {
                 Ok(x) => x,
                 Err(SegFault) => {
@@ -556,7 +569,7 @@ impl Engine {
         let Some(PendKind::Read { dst, .. }) = qp.req.pending.front().map(|p| &p.kind) else {
             return;
         };
-        if dst.write_at(env.mem, off, payload).is_err() {
+        if dst.write_at(&self.mrs, env.mem, off, payload).is_err() {
             self.stats.dma_faults += 1;
             self.fail_pending(env, qp_id, 0, flush::PROT, ae::QP_LOCAL_ACCESS);
             return;

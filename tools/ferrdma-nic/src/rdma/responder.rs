@@ -20,7 +20,7 @@ use super::grh;
 use super::mr::Need;
 use super::path::{v4_mapped, PathError};
 use super::requester::bth;
-use super::seglist::SegList;
+use super::seglist::{MrRange, Piece};
 use super::transport::{psn_add, psn_diff, ReadResp, RecvCtx, WriteCtx, PSN_MASK};
 use super::wqe;
 use super::{Engine, Env};
@@ -263,7 +263,11 @@ impl Engine {
                 return Verdict::Nak(NakCode::InvalidRequest);
             }
         }
-        if ctx.segs.write_at(env.mem, ctx.off, payload).is_err() {
+        if ctx
+            .segs
+            .write_at(&self.mrs, env.mem, ctx.off, payload)
+            .is_err()
+        {
             self.stats.dma_faults += 1;
             self.responder_fail(env, qpn, flush::PROT, ae::QP_LOCAL_ACCESS);
             return Verdict::Nak(NakCode::RemoteOperationalError);
@@ -279,7 +283,7 @@ impl Engine {
     }
 
     /// The buffers of the receive WQE at the RQ tail (not consumed).
-    fn rq_buffers(&mut self, env: &Env<'_>, qpn: u32) -> Result<SegList, Verdict> {
+    fn rq_buffers(&mut self, env: &Env<'_>, qpn: u32) -> Result<MrRange, Verdict> {
         let Some(q) = self.qp(qpn) else {
             return Err(Verdict::Silent);
         };
@@ -295,8 +299,14 @@ impl Engine {
             return Err(Verdict::Nak(NakCode::RemoteOperationalError));
         };
         let cap: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
-        match self.scatter(pd, &sges, cap) {
-            Ok(s) => Ok(SegList::new(s)),
+        let pieces = sges.iter().map(|s| Piece {
+            stag: s.stag,
+            va: s.addr,
+            len: u64::from(s.len),
+        });
+        let segs = MrRange::new(pd, Need::LocalWrite, pieces, cap);
+        match segs.check(&self.mrs) {
+            Ok(()) => Ok(segs),
             Err(f) => {
                 log::debug!("QP {qpn}: receive scatter refused: {f}");
                 self.responder_fail(env, qpn, flush::PROT, ae::QP_LOCAL_ACCESS);
@@ -318,7 +328,7 @@ impl Engine {
         qpn: u32,
         h: &Headers,
         need: Need,
-    ) -> Result<SegList, Verdict> {
+    ) -> Result<MrRange, Verdict> {
         let (Some(q), Some(reth)) = (self.qp(qpn), h.ext.reth) else {
             return Err(Verdict::Silent);
         };
@@ -327,15 +337,19 @@ impl Engine {
             _ => QP_ACCESS_REMOTE_WRITE,
         };
         let len = u64::from(reth.dma_len);
-        let segs = if q.attrs.access & right == 0 {
-            Err(super::mr::AccessFault::Rights)
-        } else if len == 0 {
-            Ok(Vec::new())
-        } else {
-            self.mrs.translate(reth.rkey, q.pd, reth.va, len, need)
+        let piece = Piece {
+            stag: reth.rkey,
+            va: reth.va,
+            len,
         };
-        match segs {
-            Ok(s) => Ok(SegList::new(s)),
+        let range = MrRange::new(q.pd, need, [piece], len);
+        let checked = if q.attrs.access & right == 0 {
+            Err(super::mr::AccessFault::Rights)
+        } else {
+            range.check(&self.mrs)
+        };
+        match checked {
+            Ok(()) => Ok(range),
             Err(f) => {
                 log::debug!("QP {qpn}: inbound RDMA request refused: {f}");
                 self.remote_access_violation(env, qpn);
@@ -392,7 +406,11 @@ impl Engine {
         if end > ctx.total || (last && end != ctx.total) {
             return self.invalid_request(env, qpn);
         }
-        if ctx.segs.write_at(env.mem, ctx.off, payload).is_err() {
+        if ctx
+            .segs
+            .write_at(&self.mrs, env.mem, ctx.off, payload)
+            .is_err()
+        {
             self.stats.dma_faults += 1;
             self.remote_access_violation(env, qpn);
             return Verdict::Nak(NakCode::RemoteAccessError);
@@ -473,19 +491,15 @@ impl Engine {
         if psn_diff(psn_add(h.bth.psn, npkts), epsn) > 0 {
             return;
         }
-        let segs = if access & QP_ACCESS_REMOTE_READ == 0 {
-            return;
-        } else if len == 0 {
-            Vec::new()
-        } else {
-            match self
-                .mrs
-                .translate(reth.rkey, pd, reth.va, len, Need::RemoteRead)
-            {
-                Ok(s) => s,
-                Err(_) => return,
-            }
+        let piece = Piece {
+            stag: reth.rkey,
+            va: reth.va,
+            len,
         };
+        let src = MrRange::new(pd, Need::RemoteRead, [piece], len);
+        if access & QP_ACCESS_REMOTE_READ == 0 || src.check(&self.mrs).is_err() {
+            return;
+        }
         let psn = h.bth.psn;
         let Some(q) = self.qp_mut(qpn) else { return };
         q.resp
@@ -495,7 +509,7 @@ impl Engine {
             q.resp.reads.pop_front();
         }
         q.resp.reads.push_back(ReadResp {
-            src: SegList::new(segs),
+            src,
             first_psn: psn,
             npkts,
             sent: 0,
@@ -522,7 +536,7 @@ impl Engine {
             let len = r.src.len().saturating_sub(off).min(mtu) as usize;
             let mut buf = vec![0u8; len];
             let psn = psn_add(r.first_psn, k);
-            if r.src.read_at(env.mem, off, &mut buf).is_err() {
+            if r.src.read_at(&self.mrs, env.mem, off, &mut buf).is_err() {
                 self.stats.dma_faults += 1;
                 self.send_ack(qpn, psn, Syndrome::Nak(NakCode::RemoteOperationalError));
                 self.remote_access_violation(env, qpn);

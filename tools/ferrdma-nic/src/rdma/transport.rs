@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 
 use crate::interface::MAX_RD_ATOMIC;
 
-use super::seglist::SegList;
+use super::seglist::MrRange;
 
 /// Unacknowledged packets per QP (READ response packets count); the window of Go-Back-N.
 /// Small enough that one loss costs a bounded resend, large enough to keep a link busy.
@@ -88,14 +88,14 @@ pub enum PendKind {
         solicited: bool,
     },
     /// RDMA READ into `dst`.
-    Read { va: u64, rkey: u32, dst: SegList },
+    Read { va: u64, rkey: u32, dst: MrRange },
 }
 
 /// Payload source of a SEND or WRITE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     Inline(Vec<u8>),
-    Guest(SegList),
+    Guest(MrRange),
     None,
 }
 
@@ -179,14 +179,14 @@ impl ReqState {
 /// A SEND being received across packets: its receive WQE's buffers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvCtx {
-    pub segs: SegList,
+    pub segs: MrRange,
     pub off: u64,
 }
 
 /// A WRITE being received across packets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteCtx {
-    pub segs: SegList,
+    pub segs: MrRange,
     pub off: u64,
     pub total: u64,
 }
@@ -194,7 +194,7 @@ pub struct WriteCtx {
 /// A READ request being answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadResp {
-    pub src: SegList,
+    pub src: MrRange,
     pub first_psn: u32,
     pub npkts: u32,
     /// Response packets emitted.

@@ -214,6 +214,9 @@ fn reg_contig(h: &mut Host, stag: u32, len: u64) -> Mem {
     Mem { gpa, va, len, stag }
 }
 
+/// Decides whether a frame is lost.
+type FrameFilter = Box<dyn FnMut(&[u8]) -> bool>;
+
 /// The two NICs and the wire between them.
 struct Net {
     a: Nic,
@@ -227,7 +230,7 @@ struct Net {
     pcap: Option<PcapWriter<Vec<u8>>>,
     frames: u64,
     /// Frames towards A for which this returns true are lost.
-    drop_to_a: Option<Box<dyn FnMut(&[u8]) -> bool>>,
+    drop_to_a: Option<FrameFilter>,
 }
 
 impl Net {
