@@ -44,6 +44,11 @@ struct Cli {
     #[arg(long = "fault", value_name = "N:SPEC", value_parser = parse_fault, requires = "lans")]
     faults: Vec<(usize, FaultConfig)>,
 
+    /// Fault injection on the frames the switch hands to the RoCE engine of the NIC at
+    /// position N (0-based), same SPEC as --fault. Repeatable.
+    #[arg(long = "nic-fault", value_name = "N:SPEC", value_parser = parse_fault)]
+    nic_faults: Vec<(usize, FaultConfig)>,
+
     /// Seed of the fault injection: the same seed and connection order give the same faults.
     #[arg(long, value_name = "N", default_value_t = 0)]
     fault_seed: u64,
@@ -150,8 +155,13 @@ fn main() -> ExitCode {
             log::error!("--fault {n}: there are {} --lan sockets", cli.lans.len());
             return ExitCode::FAILURE;
         }
+        if let Some((n, _)) = cli.nic_faults.iter().find(|(n, _)| *n >= nics) {
+            log::error!("--nic-fault {n}: there are {nics} --socket NICs");
+            return ExitCode::FAILURE;
+        }
         let faults = Faults {
             per_lan: cli.faults.iter().copied().collect(),
+            per_nic: cli.nic_faults.iter().copied().collect(),
             seed: cli.fault_seed,
         };
         match Hub::start(&cli.lans, cli.pcap.as_deref(), attach, faults) {

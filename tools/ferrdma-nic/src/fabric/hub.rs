@@ -7,7 +7,8 @@
 //! when it is full, frames to that port are dropped and counted, as a congested switch
 //! port would). The switch thread owns the `Switch`, the port queues and the pcap file.
 //!
-//! With `--fault`, frames to the ports of a LAN socket pass through a `fault::Link` first
+//! With `--fault` (`--nic-fault`), frames to the ports of a LAN socket (to a NIC's engine)
+//! pass through a `fault::Link` first
 //! (seeded by `--fault-seed` and the port id, so a run with the same connection order is
 //! reproducible); delayed frames are released by the switch thread's timer.
 //!
@@ -173,6 +174,8 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HubError> 
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     pub per_lan: HashMap<usize, FaultConfig>,
+    /// Per NIC (position given to `start`): faults on frames the switch hands to its engine.
+    pub per_nic: HashMap<usize, FaultConfig>,
     pub seed: u64,
 }
 
@@ -294,6 +297,17 @@ fn run_switch(
     let mut out = Vec::new();
     let mut queue_drops = 0u64;
     let mut links: HashMap<PortId, Link> = HashMap::new();
+    // Engine ports are 0..n in NIC order.
+    for (&nic, cfg) in &faults.per_nic {
+        if engine_queues.contains_key(&nic) {
+            match Link::new(*cfg, faults.seed ^ nic as u64) {
+                Ok(l) => {
+                    links.insert(nic, l);
+                }
+                Err(e) => log::error!("NIC {nic}: {e}"),
+            }
+        }
+    }
     let mut ready = Vec::new();
     let ms = |start: Instant| u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     loop {
@@ -313,7 +327,7 @@ fn run_switch(
                         for (p, link) in links.iter_mut() {
                             ready.clear();
                             link.poll(now, &mut ready);
-                            if let Some(q) = queues.get(p) {
+                            if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
                                 for f in ready.drain(..) {
                                     enqueue(q, *p, f, &mut queue_drops);
                                 }
@@ -360,9 +374,7 @@ fn run_switch(
                     }
                 }
                 for p in &out {
-                    if let Some(q) = engine_queues.get(p) {
-                        enqueue(q, *p, frame.clone(), &mut queue_drops);
-                    } else if let Some(q) = queues.get(p) {
+                    if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
                         if let Some(link) = links.get_mut(p) {
                             ready.clear();
                             link.send(frame.clone(), ms(start), &mut ready);
@@ -481,7 +493,11 @@ mod tests {
         let (a, b) = (d.join("a.sock"), d.join("b.sock"));
         let mut per_lan = HashMap::new();
         per_lan.insert(1, FaultConfig::parse("dup=1,delay=1,delay-ms=30").unwrap());
-        let faults = Faults { per_lan, seed: 1 };
+        let faults = Faults {
+            per_lan,
+            per_nic: HashMap::new(),
+            seed: 1,
+        };
         let hub = Hub::start(&[a.clone(), b.clone()], None, Vec::new(), faults).unwrap();
         let mut ca = UnixStream::connect(&a).unwrap();
         let mut cb = UnixStream::connect(&b).unwrap();
