@@ -1443,3 +1443,59 @@ fn running_fabric_with_faults_on_the_engine_ports() {
     drop(hub);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// GSI (QP1) traffic, as the kernel CM sends it: QP1 to QP1 with the well-known Q_Key over
+/// IPv4, the receiver seeing the sender's IPv4 header and QP number.
+#[test]
+fn gsi_qp1_to_qp1_over_the_wire() {
+    const QP1_QKEY: u32 = 0x8001_0000;
+    let mut net = Net::new(1 << 20, Path::default());
+    let mut gsi = Vec::new();
+    for n in [&mut net.a, &mut net.b] {
+        let q = n.h.create_qp(1, QP_TYPE_GSI, 1, 1, 2, 64, 16, 2);
+        n.h.ud_to_rts(1, QP1_QKEY);
+        gsi.push(q);
+    }
+    let mut gb = gsi.pop().unwrap();
+    let mut ga = gsi.pop().unwrap();
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 1,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: gid(2),
+            dmac: mac(2),
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    let mad = pattern(256, 0x6d);
+    net.a.h.write(net.a.src.gpa, &mad);
+    let sg = net.b.dst.sg(0, 40 + 256);
+    net.b.h.post_recv(&mut gb, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 256)],
+        hdr_low: 1,
+        qw2: (1u64 << 32) | u64::from(QP1_QKEY),
+        ..Default::default()
+    };
+    net.a.h.send(&mut ga, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    assert_eq!((rc[0].error(), rc[0].len()), (None, 296));
+    assert_eq!(rc[0].qp_id(), 1);
+    assert_eq!(rc[0].qw[2] as u32 & 0xff_ffff, 1, "source QP 1");
+    let got = net.b.h.read(net.b.dst.gpa, 296);
+    assert_eq!(got[32..40], [10, 0, 0, 1, 10, 0, 0, 2]);
+    assert_eq!(got[40..], mad[..]);
+}
