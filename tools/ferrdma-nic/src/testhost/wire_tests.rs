@@ -530,7 +530,13 @@ fn tshark_check(cap: &[u8], n: usize) {
     if !out.status.success() {
         return;
     }
-    let path = std::env::temp_dir().join(format!("ferrdma-wire-{}.pcap", std::process::id()));
+    // Tests run in parallel: one file per call.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "ferrdma-wire-{}-{}.pcap",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::write(&path, cap).unwrap();
     let run = |args: &[&str]| {
         // The RPC-over-RDMA heuristic dissector tries every SEND payload as an RPC header
