@@ -1061,8 +1061,11 @@ fn nics_and_a_lan_station_on_a_running_fabric() {
     assert_eq!(got.as_deref(), Some(&b"hello from NIC A"[..]));
     drop(engines);
 
-    // Everything the switch forwarded is in the capture and parses, ICRC included.
-    let frames = pcap_frames(&std::fs::read(&cap).unwrap());
+    // Everything the switch forwarded is in the capture (the file the hub wrote) and
+    // parses, ICRC included, here and in tshark.
+    let file = std::fs::read(&cap).unwrap();
+    let frames = pcap_frames(&file);
+    tshark_check(&file, frames.len());
     assert!(
         frames.len() > 2 * (1 << 20) / 1024,
         "{} frames",
