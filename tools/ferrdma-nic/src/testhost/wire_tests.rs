@@ -1196,7 +1196,9 @@ fn hostile_frames_do_not_break_the_engines() {
                     src_qp: 1,
                 });
                 h.ext.immdt = info.immdt.then_some(7);
-                h.ext.ieth = info.ieth.then_some(net.b.src.stag);
+                // An STag with no MR (a real one would be invalidated for good and the
+                // final check would fail for that reason alone).
+                h.ext.ieth = info.ieth.then_some(0x7733);
                 if !info.payload {
                     payload.clear();
                 }
