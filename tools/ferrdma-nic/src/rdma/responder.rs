@@ -415,7 +415,6 @@ impl Engine {
             self.remote_access_violation(env, qpn);
             return Verdict::Nak(NakCode::RemoteAccessError);
         }
-        self.stats.rx_bytes += payload.len() as u64;
         if !last {
             if let Some(q) = self.qp_mut(qpn) {
                 q.resp.write = Some(WriteCtx { off: end, ..ctx });
@@ -424,7 +423,9 @@ impl Engine {
         }
         self.message_done(qpn);
         let Some(imm) = imm else {
+            // (With immediate, the receive completion counts the message.)
             self.stats.rx_packets += 1;
+            self.stats.rx_bytes += ctx.total;
             return Verdict::Accept(1);
         };
         let msg = Inbound {

@@ -1625,3 +1625,22 @@ fn several_qps_with_random_traffic_under_heavy_loss() {
     let c = net.to_b.as_ref().unwrap().counters();
     assert!(c.dropped > 50, "{c:?}");
 }
+
+/// Counters: every frame is a transmitted packet; a delivered message counts once with its
+/// length.
+#[test]
+fn counters_count_packets_and_messages() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let (a0, b0) = (net.a.h.stats(), net.b.h.stats());
+    transfer(&mut net, Op::Write, 5000, 1);
+    transfer(&mut net, Op::WriteImm, 5000, 2);
+    transfer(&mut net, Op::Send, 5000, 3);
+    let (a1, b1) = (net.a.h.stats(), net.b.h.stats());
+    // 1024-byte MTU: 5 packets per message; one ACK each.
+    assert_eq!(a1.tx_packets - a0.tx_packets, 15);
+    assert_eq!(b1.tx_packets - b0.tx_packets, 3);
+    assert_eq!(a1.tx_bytes - a0.tx_bytes, 15_000);
+    assert_eq!(b1.rx_packets - b0.rx_packets, 3);
+    assert_eq!(b1.rx_bytes - b0.rx_bytes, 15_000);
+    assert_eq!(net.frames, 18);
+}
