@@ -1644,3 +1644,82 @@ fn counters_count_packets_and_messages() {
     assert_eq!(b1.rx_bytes - b0.rx_bytes, 15_000);
     assert_eq!(net.frames, 18);
 }
+
+/// A receive whose buffer the responder may not write: the requester gets REM_OP, the
+/// responder a protection error on its receive and QP_LOCAL_ACCESS.
+#[test]
+fn receive_buffer_fault_is_a_remote_operational_error() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let bad = Sg {
+        addr: net.b.dst.va,
+        len: 4000,
+        lkey: net.b.dst.stag ^ 0x80,
+    };
+    net.b.h.post_recv(&mut net.b.qp, &[bad]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 3000)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_OP)));
+    assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_LOCAL_ACCESS));
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_REMOTE_ERROR));
+}
+
+/// A SEND MIDDLE with no message in progress, at the expected PSN: NAK invalid request,
+/// QP_INVALID_REQUEST, ERR. A packet ahead of the expected PSN gets one sequence NAK.
+#[test]
+fn out_of_sequence_requests_get_naks() {
+    use crate::wire::aeth::{NakCode, Syndrome};
+    let mut net = Net::new(1 << 20, Path::default());
+    let epsn = net.b.h.query_qp(QPN).attrs.rq_psn;
+    // A real packet from A to B, as a template.
+    let sg = net.b.dst.sg(0, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let template = net.a.h.dev().take_tx().remove(0);
+    let mut h = crate::wire::parse(&template).unwrap().headers;
+    let nak_of = |frames: Vec<Vec<u8>>| {
+        frames
+            .iter()
+            .filter_map(|f| crate::wire::parse(f).ok())
+            .filter_map(|p| p.headers.ext.aeth.map(|a| (p.headers.bth.psn, a.syndrome)))
+            .collect::<Vec<_>>()
+    };
+    // Ahead of the expected PSN (twice): one PSN sequence error NAK naming the expected one.
+    for k in [3, 4] {
+        h.bth.psn = (epsn + k) & 0xff_ffff;
+        let f = crate::wire::build(&h, &[1; 64]).unwrap();
+        net.b.h.dev().rx_frame(&f);
+    }
+    assert_eq!(
+        nak_of(net.b.h.dev().take_tx()),
+        [(epsn, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    // MIDDLE without FIRST at the expected PSN.
+    h.bth.psn = epsn;
+    h.bth.opcode = crate::wire::opcode::RC_SEND_MIDDLE;
+    let f = crate::wire::build(&h, &[2; 1024]).unwrap();
+    net.b.h.dev().rx_frame(&f);
+    assert_eq!(
+        nak_of(net.b.h.dev().take_tx()),
+        [(epsn, Syndrome::Nak(NakCode::InvalidRequest))]
+    );
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_INVALID_REQUEST));
+    assert_eq!(net.b.h.query_qp(QPN).attrs.state, qp_state::ERR);
+}
