@@ -1723,3 +1723,68 @@ fn out_of_sequence_requests_get_naks() {
     assert!(aeq_codes(&mut net.b).contains(&ae::QP_INVALID_REQUEST));
     assert_eq!(net.b.h.query_qp(QPN).attrs.state, qp_state::ERR);
 }
+
+/// Duplicates: a SEND seen again is re-acknowledged (not delivered twice); a READ request
+/// seen again is answered again.
+#[test]
+fn duplicates_are_reacknowledged_and_reads_reexecuted() {
+    use crate::wire::aeth::Syndrome;
+    use crate::wire::opcode as op;
+    let mut net = Net::new(1 << 20, Path::default());
+    let sg = net.b.dst.sg(0, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &send);
+    let send_frame = net.a.h.dev().take_tx().remove(0);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 3000)],
+        hdr_low: net.b.src.stag,
+        qw2: net.b.src.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &read);
+    let read_frame = net.a.h.dev().take_tx().remove(0);
+    let out = |net: &mut Net, f: &[u8]| {
+        net.b.h.dev().rx_frame(f);
+        net.b
+            .h
+            .dev()
+            .take_tx()
+            .iter()
+            .map(|f| {
+                let p = crate::wire::parse(f).unwrap();
+                (
+                    p.headers.bth.opcode,
+                    p.headers.bth.psn,
+                    p.headers.ext.aeth.map(|a| a.syndrome),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let psn = crate::wire::parse(&send_frame).unwrap().headers.bth.psn;
+    let ack = Some(Syndrome::Ack { credits: 0x1f });
+    assert_eq!(out(&mut net, &send_frame), [(op::RC_ACK, psn, ack)]);
+    assert_eq!(
+        out(&mut net, &send_frame),
+        [(op::RC_ACK, psn, ack)],
+        "re-ACK"
+    );
+    assert_eq!(net.b.h.poll_cq(&mut net.b.rcq).len(), 1, "delivered once");
+    let first = (psn + 1) & 0xff_ffff;
+    let responses = [
+        (op::RC_READ_RESPONSE_FIRST, first, ack),
+        (op::RC_READ_RESPONSE_MIDDLE, first + 1, None),
+        (op::RC_READ_RESPONSE_LAST, first + 2, ack),
+    ];
+    assert_eq!(out(&mut net, &read_frame), responses);
+    assert_eq!(out(&mut net, &read_frame), responses, "READ executed again");
+    assert_eq!(net.b.h.query_qp(QPN).attrs.rq_psn, (first + 3) & 0xff_ffff);
+}
