@@ -2,6 +2,9 @@
 //! glued to the vfio-user server's backend interface.
 
 use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
@@ -60,6 +63,34 @@ impl From<DeviceError> for std::io::Error {
     }
 }
 
+/// The device clock the transport's timers run on.
+#[derive(Debug, Clone)]
+pub enum Clock {
+    /// Microseconds since the device was created.
+    Real(Instant),
+    /// Set by hand (tests: timers fire exactly when the test says).
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    pub fn now_us(&self) -> u64 {
+        match self {
+            Clock::Real(t) => u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX),
+            Clock::Manual(v) => v.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where the device's RoCE frames go (the fabric); without one they wait in the engine's
+/// bounded outbox for [`Device::take_tx`].
+pub struct TxSink(pub Box<dyn Fn(Vec<u8>) + Send>);
+
+impl std::fmt::Debug for TxSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TxSink")
+    }
+}
+
 /// One emulated NIC function.
 #[derive(Debug)]
 pub struct Device {
@@ -70,6 +101,8 @@ pub struct Device {
     vectors: MsixVectors,
     dma: DmaSpace,
     engine: Engine,
+    clock: Clock,
+    sink: Option<TxSink>,
 }
 
 impl Device {
@@ -84,21 +117,24 @@ impl Device {
             vectors: MsixVectors::new(),
             dma: DmaSpace::new(),
             engine: Engine::new(),
+            clock: Clock::Real(Instant::now()),
+            sink: None,
         }
     }
 
-    /// Sets the port MAC the device reports (kept across device resets).
-    pub fn set_mac(&mut self, mac: [u8; 6]) {
-        self.bar0.set_mac(mac);
+    /// Replaces the device clock.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
     }
 
-    /// The RDMA engine (for inspection).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
+    /// Sends the engine's frames to `sink` from now on.
+    pub fn set_sink(&mut self, sink: TxSink) {
+        self.sink = Some(sink);
     }
 
-    /// Runs the RDMA engine's timer work (RNR retries).
-    pub fn tick(&mut self) {
+    /// Runs `f` on the engine with the current environment, then hands queued frames to the
+    /// sink (if any).
+    fn run<R>(&mut self, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
         let mem = BusMasterGate {
             mem: &self.dma,
             enabled: self.config.bus_master(),
@@ -111,8 +147,58 @@ impl Device {
             mem: &mem,
             irq: &irq,
             bus_master: mem.enabled,
+            now_us: self.clock.now_us(),
         };
-        self.engine.tick(&env);
+        let r = f(&mut self.engine, &env);
+        self.flush_tx();
+        r
+    }
+
+    fn flush_tx(&mut self) {
+        if let Some(sink) = &self.sink {
+            for frame in self.engine.take_tx() {
+                (sink.0)(frame);
+            }
+        }
+    }
+
+    /// A RoCE frame from the fabric.
+    pub fn rx_frame(&mut self, frame: &[u8]) {
+        self.run(|e, env| e.rx_frame(env, frame));
+    }
+
+    /// Frames the engine queued (when there is no sink).
+    pub fn take_tx(&mut self) -> Vec<Vec<u8>> {
+        self.engine.take_tx()
+    }
+
+    /// The device clock now.
+    pub fn now_us(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// When [`Device::tick`] next has work (device clock), if ever.
+    pub fn next_deadline(&self) -> Option<u64> {
+        // Without Bus Master Enable the engine can do nothing: its timers wait.
+        if !self.config.bus_master() {
+            return None;
+        }
+        self.engine.next_deadline(self.clock.now_us())
+    }
+
+    /// Sets the port MAC the device reports (kept across device resets).
+    pub fn set_mac(&mut self, mac: [u8; 6]) {
+        self.bar0.set_mac(mac);
+    }
+
+    /// The RDMA engine (for inspection).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Runs the RDMA engine's timer work (RNR retries, retransmission, deferred packets).
+    pub fn tick(&mut self) {
+        self.run(|e, env| e.tick(env));
     }
 
     /// Config space (for inspection).
@@ -194,6 +280,7 @@ impl Device {
                     mem: &mem,
                     irq: &irq,
                     bus_master: mem.enabled,
+                    now_us: self.clock.now_us(),
                 };
                 let engine = &mut self.engine;
                 if region == REGION_DB {
@@ -208,6 +295,7 @@ impl Device {
             REGION_MSIX_BAR => self.msix_bar.write(offset, data)?,
             _ => return Err(DeviceError::NoSuchRegion(region)),
         }
+        self.flush_tx();
         Ok(())
     }
 

@@ -17,6 +17,7 @@ pub mod msix;
 pub mod msix_bar;
 pub mod rdma;
 pub mod server;
+pub mod shared;
 pub mod vfio_layout;
 pub mod wire;
 

@@ -12,8 +12,8 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use ferrdma_nic::fabric::fault::FaultConfig;
-use ferrdma_nic::fabric::hub::{Faults, Hub};
-use ferrdma_nic::server::{bind, serve, ServeError, SocketFile};
+use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
+use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
 #[derive(Debug, Parser)]
@@ -29,8 +29,8 @@ struct Cli {
     #[arg(long = "lan", value_name = "PATH")]
     lans: Vec<PathBuf>,
 
-    /// Write every frame the switch forwards to this pcap file (needs --lan).
-    #[arg(long, value_name = "FILE", requires = "lans")]
+    /// Write every frame the switch forwards to this pcap file.
+    #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
 
     /// Ethernet MAC of the NIC on the socket at the same position (aa:bb:cc:dd:ee:ff). The
@@ -43,6 +43,11 @@ struct Cli {
     /// 1:drop=0.05,dup=0.01,reorder=0.01,delay=0.1,delay-ms=20. Repeatable.
     #[arg(long = "fault", value_name = "N:SPEC", value_parser = parse_fault, requires = "lans")]
     faults: Vec<(usize, FaultConfig)>,
+
+    /// Fault injection on the frames the switch hands to the RoCE engine of the NIC at
+    /// position N (0-based), same SPEC as --fault. Repeatable.
+    #[arg(long = "nic-fault", value_name = "N:SPEC", value_parser = parse_fault)]
+    nic_faults: Vec<(usize, FaultConfig)>,
 
     /// Seed of the fault injection: the same seed and connection order give the same faults.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -128,23 +133,44 @@ fn main() -> ExitCode {
     let mut files: Vec<Arc<SocketFile>> = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
     let nics = files.len();
 
-    // The fabric: its RoCE engine ports are stubs that count and drop until the transport
-    // engine is attached (see fabric/hub.rs).
-    let mut lan_files = Vec::new();
-    if !cli.lans.is_empty() {
-        let macs: Vec<[u8; 6]> = (0..nics)
-            .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
-            .collect();
+    // The fabric joins every NIC's transport engine and the LAN sockets (see fabric/hub.rs);
+    // each NIC gets a bounded inbound queue the switch feeds.
+    let lan_files;
+    let mut links: Vec<Option<FabricLink>> = (0..nics).map(|_| None).collect();
+    let macs: Vec<[u8; 6]> = (0..nics)
+        .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
+        .collect();
+    {
+        let mut inbound = Vec::new();
+        let mut attach = Vec::new();
+        for mac in &macs {
+            let (tx, rx) = mpsc::sync_channel(ENGINE_QUEUE);
+            inbound.push(rx);
+            attach.push(NicAttachment {
+                mac: *mac,
+                inbound: tx,
+            });
+        }
         if let Some((n, _)) = cli.faults.iter().find(|(n, _)| *n >= cli.lans.len()) {
             log::error!("--fault {n}: there are {} --lan sockets", cli.lans.len());
             return ExitCode::FAILURE;
         }
+        if let Some((n, _)) = cli.nic_faults.iter().find(|(n, _)| *n >= nics) {
+            log::error!("--nic-fault {n}: there are {nics} --socket NICs");
+            return ExitCode::FAILURE;
+        }
         let faults = Faults {
             per_lan: cli.faults.iter().copied().collect(),
+            per_nic: cli.nic_faults.iter().copied().collect(),
             seed: cli.fault_seed,
         };
-        match Hub::start(&cli.lans, cli.pcap.as_deref(), &macs, faults) {
-            Ok(hub) => lan_files = hub.sockets,
+        match Hub::start(&cli.lans, cli.pcap.as_deref(), attach, faults) {
+            Ok(hub) => {
+                lan_files = hub.sockets;
+                for ((link, rx), port) in links.iter_mut().zip(inbound).zip(hub.engine_ports) {
+                    *link = Some(FabricLink { inbound: rx, port });
+                }
+            }
             Err(e) => {
                 log::error!("{e}");
                 return ExitCode::FAILURE;
@@ -167,13 +193,13 @@ fn main() -> ExitCode {
         }
     });
 
-    for (i, (listener, file)) in bound.into_iter().enumerate() {
+    for (i, ((listener, file), link)) in bound.into_iter().zip(links).enumerate() {
         let tx = tx.clone();
-        let mac = cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i));
+        let mac = macs.get(i).copied().unwrap_or_else(|| default_mac(i));
         let spawned = std::thread::Builder::new()
             .name(format!("nic{i}"))
             .spawn(move || {
-                let r = serve(listener, &file, mac);
+                let r = serve(listener, &file, mac, link);
                 let _ = tx.send(Event::Done(i, r));
             });
         if let Err(e) = spawned {

@@ -15,7 +15,11 @@ use std::sync::Mutex;
 use thiserror::Error;
 use vfio_user::Server;
 
-use crate::device::Device;
+use std::sync::mpsc::Receiver;
+
+use crate::device::{Device, TxSink};
+use crate::fabric::hub::EnginePort;
+use crate::shared::{spawn_engine, SharedDevice};
 use crate::vfio_layout::{irq_infos, server_regions};
 
 /// Why serving failed.
@@ -145,17 +149,48 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Serves one NIC to the first client that connects, until it disconnects.
+/// A NIC's place on the fabric: where its RoCE frames come from and go to.
+pub struct FabricLink {
+    pub inbound: Receiver<Vec<u8>>,
+    pub port: EnginePort,
+}
+
+/// Serves one NIC to the first client that connects, until it disconnects. With `fabric`,
+/// its transport engine exchanges RoCE frames with the fabric (see `shared` for the
+/// threads); without, frames to peers that are not local are lost on an unplugged port.
 ///
 /// A panic inside the protocol library (it has `unwrap`s on malformed messages) ends this
 /// connection with an error instead of taking the process down.
-pub fn serve(listener: UnixListener, socket: &SocketFile, mac: [u8; 6]) -> Result<(), ServeError> {
+pub fn serve(
+    listener: UnixListener,
+    socket: &SocketFile,
+    mac: [u8; 6],
+    fabric: Option<FabricLink>,
+) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
     let mut device = Device::new(name.clone());
     device.set_mac(mac);
+    let inbound = match fabric {
+        Some(f) => {
+            let port = f.port;
+            device.set_sink(TxSink(Box::new(move |frame| port.send(frame))));
+            Some(f.inbound)
+        }
+        None => {
+            // An unplugged port: frames vanish (the engine's outbox must not fill up).
+            device.set_sink(TxSink(Box::new(|_| {})));
+            None
+        }
+    };
+    let mut shared = SharedDevice::new(device);
+    let engine = spawn_engine(&name, shared.clone(), inbound).map_err(|source| ServeError::Io {
+        path: socket.path().to_path_buf(),
+        source,
+    })?;
     log::info!("{name}: waiting for a vfio-user client");
-    let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut device)));
+    let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut shared)));
+    drop(engine);
     // Stop accepting and unlink the socket before reporting.
     drop(server);
     socket.remove();
@@ -244,7 +279,7 @@ mod tests {
         let dir = TmpDir::new("serve.sock");
         let path = dir.path("serve.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6]));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None));
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -257,7 +292,7 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6]));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None));
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();

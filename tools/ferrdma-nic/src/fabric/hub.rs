@@ -7,12 +7,16 @@
 //! when it is full, frames to that port are dropped and counted, as a congested switch
 //! port would). The switch thread owns the `Switch`, the port queues and the pcap file.
 //!
-//! With `--fault`, frames to the ports of a LAN socket pass through a `fault::Link` first
+//! With `--fault` (`--nic-fault`), frames to the ports of a LAN socket (to a NIC's engine)
+//! pass through a `fault::Link` first
 //! (seeded by `--fault-seed` and the port id, so a run with the same connection order is
 //! reproducible); delayed frames are released by the switch thread's timer.
 //!
-//! RoCE engine ports are stubs for now: each NIC MAC gets an engine port that counts and
-//! drops the RoCE frames steered to it, until the transport engine is attached.
+//! RoCE engine ports: each NIC MAC gets an engine port. Frames the switch steers to it go to
+//! that NIC's bounded inbound queue with `try_send` (a full queue drops the frame, as a
+//! congested port would; RC recovers it), so the switch thread never waits for a NIC. A
+//! NIC sends through its [`EnginePort`], which blocks while the switch queue is full: the
+//! NIC's engine is slowed down rather than its frames dropped.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -67,15 +71,42 @@ enum Event {
 /// socket files are removed when the last `Arc<SocketFile>` goes.
 pub struct Hub {
     pub sockets: Vec<Arc<SocketFile>>,
+    /// One per NIC given to `start`, in order: where that NIC's engine sends its frames.
+    pub engine_ports: Vec<EnginePort>,
 }
 
+/// A NIC engine's way into the switch.
+#[derive(Clone)]
+pub struct EnginePort {
+    port: PortId,
+    tx: SyncSender<Event>,
+}
+
+impl EnginePort {
+    /// Hands a frame to the switch (blocks while the switch queue is full).
+    pub fn send(&self, frame: Vec<u8>) {
+        if self.tx.send(Event::Frame(self.port, frame)).is_err() {
+            log::debug!("engine port {}: the switch is gone", self.port);
+        }
+    }
+}
+
+/// A NIC on the fabric: its MAC and the queue its engine receives RoCE frames from.
+pub struct NicAttachment {
+    pub mac: Mac,
+    pub inbound: SyncSender<Vec<u8>>,
+}
+
+/// Frames queued towards one NIC engine.
+pub const ENGINE_QUEUE: usize = 1024;
+
 impl Hub {
-    /// Bind every LAN socket, open the pcap file, register a stub RoCE engine port for each
-    /// NIC MAC, and start the threads.
+    /// Bind every LAN socket, open the pcap file, register a RoCE engine port for each NIC,
+    /// and start the threads.
     pub fn start(
         lans: &[PathBuf],
         pcap: Option<&Path>,
-        nic_macs: &[Mac],
+        nics: Vec<NicAttachment>,
         faults: Faults,
     ) -> Result<Self, HubError> {
         let mut bound = Vec::new();
@@ -100,9 +131,19 @@ impl Hub {
         let sockets = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
 
         let (tx, rx) = sync_channel(SWITCH_QUEUE);
-        let next_port = Arc::new(AtomicUsize::new(nic_macs.len()));
+        let next_port = Arc::new(AtomicUsize::new(nics.len()));
         let live = Arc::new(AtomicUsize::new(0));
-        let engines: Vec<(Mac, PortId)> = nic_macs.iter().copied().zip(0..).collect();
+        let engine_ports = (0..nics.len())
+            .map(|port| EnginePort {
+                port,
+                tx: tx.clone(),
+            })
+            .collect();
+        let engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)> = nics
+            .into_iter()
+            .zip(0..)
+            .map(|(n, p)| (n.mac, p, n.inbound))
+            .collect();
         spawn("fabric-switch", move || {
             run_switch(rx, pcap, engines, faults)
         })?;
@@ -114,7 +155,10 @@ impl Hub {
                 accept_loop(lan, listener, &file, tx, &next_port, &live)
             })?;
         }
-        Ok(Hub { sockets })
+        Ok(Hub {
+            sockets,
+            engine_ports,
+        })
     }
 }
 
@@ -130,6 +174,8 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), HubError> 
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     pub per_lan: HashMap<usize, FaultConfig>,
+    /// Per NIC (position given to `start`): faults on frames the switch hands to its engine.
+    pub per_nic: HashMap<usize, FaultConfig>,
     pub seed: u64,
 }
 
@@ -237,20 +283,31 @@ fn write_loop(port: PortId, mut stream: UnixStream, rx: Receiver<Vec<u8>>) {
 fn run_switch(
     rx: Receiver<Event>,
     mut pcap: Option<PcapWriter<BufWriter<File>>>,
-    engines: Vec<(Mac, PortId)>,
+    engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)>,
     faults: Faults,
 ) {
     let start = Instant::now();
     let mut sw = Switch::new(AGING_SECS);
     let mut queues: HashMap<PortId, SyncSender<Vec<u8>>> = HashMap::new();
-    let mut engine_frames: HashMap<PortId, u64> = HashMap::new();
-    for (mac, port) in engines {
+    let mut engine_queues: HashMap<PortId, SyncSender<Vec<u8>>> = HashMap::new();
+    for (mac, port, q) in engines {
         sw.set_engine(mac, port);
-        engine_frames.insert(port, 0);
+        engine_queues.insert(port, q);
     }
     let mut out = Vec::new();
     let mut queue_drops = 0u64;
     let mut links: HashMap<PortId, Link> = HashMap::new();
+    // Engine ports are 0..n in NIC order.
+    for (&nic, cfg) in &faults.per_nic {
+        if engine_queues.contains_key(&nic) {
+            match Link::new(*cfg, faults.seed ^ nic as u64) {
+                Ok(l) => {
+                    links.insert(nic, l);
+                }
+                Err(e) => log::error!("NIC {nic}: {e}"),
+            }
+        }
+    }
     let mut ready = Vec::new();
     let ms = |start: Instant| u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     loop {
@@ -270,7 +327,7 @@ fn run_switch(
                         for (p, link) in links.iter_mut() {
                             ready.clear();
                             link.poll(now, &mut ready);
-                            if let Some(q) = queues.get(p) {
+                            if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
                                 for f in ready.drain(..) {
                                     enqueue(q, *p, f, &mut queue_drops);
                                 }
@@ -317,11 +374,7 @@ fn run_switch(
                     }
                 }
                 for p in &out {
-                    if let Some(n) = engine_frames.get_mut(p) {
-                        // Stub engine: count and drop.
-                        *n += 1;
-                        log::debug!("RoCE engine port {p}: frame {n} dropped (no engine)");
-                    } else if let Some(q) = queues.get(p) {
+                    if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
                         if let Some(link) = links.get_mut(p) {
                             ready.clear();
                             link.send(frame.clone(), ms(start), &mut ready);
@@ -387,7 +440,10 @@ mod tests {
         let hub = Hub::start(
             &[a.clone(), b.clone()],
             Some(&cap),
-            &[[2, 0, 0, 0, 0, 9]],
+            vec![NicAttachment {
+                mac: [2, 0, 0, 0, 0, 9],
+                inbound: sync_channel(1).0,
+            }],
             Faults::default(),
         )
         .unwrap();
@@ -437,8 +493,12 @@ mod tests {
         let (a, b) = (d.join("a.sock"), d.join("b.sock"));
         let mut per_lan = HashMap::new();
         per_lan.insert(1, FaultConfig::parse("dup=1,delay=1,delay-ms=30").unwrap());
-        let faults = Faults { per_lan, seed: 1 };
-        let hub = Hub::start(&[a.clone(), b.clone()], None, &[], faults).unwrap();
+        let faults = Faults {
+            per_lan,
+            per_nic: HashMap::new(),
+            seed: 1,
+        };
+        let hub = Hub::start(&[a.clone(), b.clone()], None, Vec::new(), faults).unwrap();
         let mut ca = UnixStream::connect(&a).unwrap();
         let mut cb = UnixStream::connect(&b).unwrap();
         cb.set_read_timeout(Some(std::time::Duration::from_secs(5)))

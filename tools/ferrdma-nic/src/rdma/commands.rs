@@ -407,6 +407,8 @@ impl Engine {
             comm_est_sent: false,
             rnr_attempts: 0,
             rnr_wait: false,
+            req: Default::default(),
+            resp: Default::default(),
         };
         if let Some(s) = self.qps.get_mut(c.qp_id as usize) {
             *s = Some(qp);

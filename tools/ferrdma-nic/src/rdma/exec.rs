@@ -20,7 +20,7 @@ use super::{grh, Engine, Env};
 const COPY_CHUNK: u64 = 64 * 1024;
 
 /// Message payload source.
-enum Src {
+pub(super) enum Src {
     Bytes(Vec<u8>),
     Segs(Vec<Seg>),
 }
@@ -91,30 +91,34 @@ fn prefix(segs: Vec<Seg>, len: u64) -> Vec<Seg> {
 
 /// Outcome of one SQ WQE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     Done(u64),
     Rnr,
+    /// Handed to the wire transport: it completes when acknowledged.
+    Queued,
+    /// The wire transport's window is full: retry the WQE when ACKs free room.
+    Busy,
     /// The WQE failed: CQE flush code and the requester's async event.
     Fail(u16, u16),
 }
 
 /// What a message delivered to a receive queue looks like.
-struct Inbound {
-    src_qpn: u32,
-    op: u8,
-    imm: Option<u32>,
-    solicited: bool,
-    inv_stag: Option<u32>,
-    grh: Option<[u8; 40]>,
-    ipv4: bool,
+pub(super) struct Inbound {
+    pub src_qpn: u32,
+    pub op: u8,
+    pub imm: Option<u32>,
+    pub solicited: bool,
+    pub inv_stag: Option<u32>,
+    pub grh: Option<[u8; 40]>,
+    pub ipv4: bool,
     /// RDMA WRITE with immediate: consume a WQE, scatter nothing, report `len`.
-    no_scatter: bool,
-    len: u64,
+    pub no_scatter: bool,
+    pub len: u64,
 }
 
 /// Outcome of a receive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recv {
+pub(super) enum Recv {
     Ok,
     Rnr,
     /// UD only: silently dropped.
@@ -125,7 +129,14 @@ enum Recv {
     Nak(u16),
 }
 
-fn sq_cqe(qp_id: u32, qp: &Qp, idx: u32, op: u8, bytes: u64, err: Option<u16>) -> CqeData {
+pub(super) fn sq_cqe(
+    qp_id: u32,
+    qp: &Qp,
+    idx: u32,
+    op: u8,
+    bytes: u64,
+    err: Option<u16>,
+) -> CqeData {
     let mut qw3 = (1u64 << cqe::SQ)
         | (u64::from(op & 0x3f) << cqe::OP_LO)
         | (u64::from(idx & 0x7fff) << cqe::WQEIDX_LO);
@@ -162,11 +173,11 @@ fn rq_flush_cqe(qp_id: u32, qp: &Qp, minor: u16) -> CqeData {
 }
 
 impl Engine {
-    fn qp(&self, id: u32) -> Option<&Qp> {
+    pub(super) fn qp(&self, id: u32) -> Option<&Qp> {
         self.qps.get(id as usize)?.as_ref()
     }
 
-    fn qp_mut(&mut self, id: u32) -> Option<&mut Qp> {
+    pub(super) fn qp_mut(&mut self, id: u32) -> Option<&mut Qp> {
         self.qps.get_mut(id as usize)?.as_mut()
     }
 
@@ -241,8 +252,12 @@ impl Engine {
                 buf.extend_from_slice(&q);
             }
             let op = crate::interface::bits(hdr, wqef::OPCODE_HI, wqef::OPCODE_LO) as u8;
+            // Completions are in SQ order: while WQEs are on the wire, one that would complete
+            // at once (NOP, LOCAL_INV, an error) waits for them.
+            let wire_busy = !qp.req.pending.is_empty();
             let w = match wqe::parse_sq(&buf) {
                 Ok(w) => w,
+                Err(_) if wire_busy => return,
                 Err(e) => {
                     log::debug!("QP {qp_id}: malformed WQE at {tail}: {e}");
                     let code = if matches!(e, WqeError::TooLong(_)) {
@@ -254,7 +269,15 @@ impl Engine {
                     return;
                 }
             };
-            match self.execute_wqe(env, qp_id, &w) {
+            if wire_busy && !self.goes_to_wire(qp_id, &w) {
+                return;
+            }
+            match self.execute_wqe(env, qp_id, tail, n, &w) {
+                Outcome::Queued => {
+                    let Some(qp) = self.qp_mut(qp_id) else { return };
+                    qp.advance_sq(n);
+                }
+                Outcome::Busy => return,
                 Outcome::Done(bytes) => {
                     let Some(qp) = self.qp_mut(qp_id) else { return };
                     qp.rnr_attempts = 0;
@@ -288,6 +311,7 @@ impl Engine {
                     }
                     return;
                 }
+                Outcome::Fail(..) if wire_busy => return,
                 Outcome::Fail(code, event) => {
                     self.fail_wqe(env, qp_id, tail, n, w.opcode, code, event);
                     return;
@@ -298,7 +322,7 @@ impl Engine {
 
     /// Completes the WQE at `tail` (of `n` quanta) in error and moves the QP to ERR.
     #[allow(clippy::too_many_arguments)]
-    fn fail_wqe(
+    pub(super) fn fail_wqe(
         &mut self,
         env: &Env<'_>,
         qp_id: u32,
@@ -326,6 +350,7 @@ impl Engine {
         let Some(qp) = self.qp_mut(qp_id) else { return };
         qp.attrs.state = qp_state::ERR;
         qp.rnr_wait = false;
+        qp.resp = Default::default();
         self.flush_sq(env, qp_id, sq_cqe);
         self.flush_rq(env, qp_id, rq_cqe);
     }
@@ -334,8 +359,10 @@ impl Engine {
     /// outstanding work.
     pub(super) fn flush_sq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) {
         let Some(qp) = self.qp(qp_id) else { return };
-        let start = qp.sq_tail;
-        let mut outstanding = qp.sq_unreported;
+        // WQEs still on the wire were consumed from the ring but not completed: the flush
+        // reports from the oldest of them.
+        let start = qp.req.pending.front().map_or(qp.sq_tail, |p| p.tail);
+        let mut outstanding = qp.sq_unreported || !qp.req.pending.is_empty();
         let mut steps = Vec::new();
         let (mut tail, mut pol) = (qp.sq_tail, qp.sq_pol);
         let size = qp.sq.entries();
@@ -357,6 +384,7 @@ impl Engine {
             }
         }
         let Some(qp) = self.qp_mut(qp_id) else { return };
+        qp.req = Default::default();
         for n in steps {
             qp.advance_sq(n);
         }
@@ -369,7 +397,7 @@ impl Engine {
     }
 
     /// Whether the RQ WQE at the tail is valid (`None` if the ring is not readable).
-    fn rq_head_valid(&self, env: &Env<'_>, qp_id: u32) -> Option<bool> {
+    pub(super) fn rq_head_valid(&self, env: &Env<'_>, qp_id: u32) -> Option<bool> {
         let qp = self.qp(qp_id)?;
         let q0 = Self::read_quantum(env, qp.rq.addr(qp.rq_tail))?;
         Some(wqe::is_valid(wqe::header(&q0), qp.rq_pol))
@@ -400,7 +428,7 @@ impl Engine {
 
     /// A responder-side failure: error CQE for the RQ WQE at the tail (consumed), async
     /// event, and ERR (with an SQ flush CQE).
-    fn responder_fail(&mut self, env: &Env<'_>, qp_id: u32, code: u16, event: u16) {
+    pub(super) fn responder_fail(&mut self, env: &Env<'_>, qp_id: u32, code: u16, event: u16) {
         self.stats.wqe_errors += 1;
         let Some(qp) = self.qp_mut(qp_id) else { return };
         let c = rq_flush_cqe(qp_id, qp, code);
@@ -413,7 +441,7 @@ impl Engine {
     }
 
     /// The local payload of a send or write.
-    fn gather(&self, pd: u32, w: &SqWqe) -> Result<Src, AccessFault> {
+    pub(super) fn gather(&self, pd: u32, w: &SqWqe) -> Result<Src, AccessFault> {
         if let Some(d) = &w.inline {
             return Ok(Src::Bytes(d.clone()));
         }
@@ -431,7 +459,7 @@ impl Engine {
     }
 
     /// Scatter segments for `len` bytes over `sges` (checked up to what is needed).
-    fn scatter(&self, pd: u32, sges: &[Sge], len: u64) -> Result<Vec<Seg>, AccessFault> {
+    pub(super) fn scatter(&self, pd: u32, sges: &[Sge], len: u64) -> Result<Vec<Seg>, AccessFault> {
         let mut left = len;
         let mut segs = Vec::new();
         for s in sges {
@@ -459,7 +487,33 @@ impl Engine {
         (dq.qp_type == QP_TYPE_RC && dq.can_receive()).then_some(d)
     }
 
-    fn execute_wqe(&mut self, env: &Env<'_>, qp_id: u32, w: &SqWqe) -> Outcome {
+    /// Whether `w` on RC QP `qp_id` would go to a peer on the wire.
+    fn goes_to_wire(&self, qp_id: u32, w: &SqWqe) -> bool {
+        let Some(qp) = self.qp(qp_id) else {
+            return false;
+        };
+        qp.qp_type == QP_TYPE_RC
+            && !self.is_local_gid(&qp.attrs.dgid)
+            && matches!(
+                w.opcode,
+                sq_op::SEND
+                    | sq_op::SEND_SOL
+                    | sq_op::SEND_INV
+                    | sq_op::SEND_SOL_INV
+                    | sq_op::RDMA_WRITE
+                    | sq_op::RDMA_WRITE_SOL
+                    | sq_op::RDMA_READ
+            )
+    }
+
+    fn execute_wqe(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        tail: u32,
+        quanta: u32,
+        w: &SqWqe,
+    ) -> Outcome {
         let Some(qp) = self.qp(qp_id) else {
             return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
         };
@@ -481,6 +535,9 @@ impl Engine {
             | sq_op::RDMA_READ
                 if !ud => {}
             _ => return Outcome::Fail(flush::LOC_QP_OP, ae::QP_FATAL),
+        }
+        if self.goes_to_wire(qp_id, w) {
+            return self.queue_remote(env, qp_id, tail, quanta, w);
         }
         if w.opcode == sq_op::RDMA_READ {
             return self.rdma_read(env, qp_id, pd, w);
@@ -548,6 +605,9 @@ impl Engine {
             .map(|g| g.gid)
             .unwrap_or([0; 16]);
         let local = self.port.link_up && self.gids.iter().flatten().any(|g| g.gid == a.dgid);
+        if self.port.link_up && !local {
+            return self.ud_to_wire(env, qp_id, &a, dqpn, qkey, w, src);
+        }
         let target = self.qp(dqpn).filter(|d| {
             matches!(d.qp_type, QP_TYPE_UD | QP_TYPE_GSI) && d.can_receive() && d.attrs.qkey == qkey
         });
@@ -687,7 +747,7 @@ impl Engine {
     }
 
     /// The responder QP saw an inbound access violation: async event and ERR.
-    fn remote_access_violation(&mut self, env: &Env<'_>, dest: u32) {
+    pub(super) fn remote_access_violation(&mut self, env: &Env<'_>, dest: u32) {
         if let Some(d) = self.qp_mut(dest) {
             d.last_error = flush::REM_ACCESS;
         }
@@ -702,7 +762,7 @@ impl Engine {
     }
 
     /// Delivers `msg` with payload `src` to the RQ of `dest`.
-    fn receive(&mut self, env: &Env<'_>, dest: u32, msg: &Inbound, src: &Src) -> Recv {
+    pub(super) fn receive(&mut self, env: &Env<'_>, dest: u32, msg: &Inbound, src: &Src) -> Recv {
         let ud = msg.grh.is_some();
         let Some(d) = self.qp(dest) else {
             return Recv::Dropped;
@@ -743,11 +803,7 @@ impl Engine {
             return Recv::Nak(flush::REM_INV_REQ);
         }
         if let Some(stag) = msg.inv_stag {
-            let ok = self
-                .mrs
-                .slot(stag)
-                .is_some_and(|m| m.key == stag as u8 && m.pd == pd && m.valid);
-            if !ok {
+            if !self.can_invalidate(stag, pd) {
                 self.responder_fail(env, dest, flush::LOC_QP_OP, ae::QP_INVALID_REQUEST);
                 return Recv::Nak(flush::REM_INV_REQ);
             }
@@ -787,6 +843,30 @@ impl Engine {
                 };
             }
         }
+        let bytes = if msg.no_scatter { msg.len } else { need };
+        self.complete_recv(env, dest, msg, bytes)
+    }
+
+    /// Whether `stag` may be invalidated by an inbound SEND with invalidate to PD `pd`.
+    pub(super) fn can_invalidate(&self, stag: u32, pd: u32) -> bool {
+        self.mrs
+            .slot(stag)
+            .is_some_and(|m| m.key == stag as u8 && m.pd == pd && m.valid)
+    }
+
+    /// The end of a receive whose data is in place: invalidate, the receive CQE for the RQ
+    /// WQE at the tail (consumed), and COMM_EST for the first message in RTR.
+    pub(super) fn complete_recv(
+        &mut self,
+        env: &Env<'_>,
+        dest: u32,
+        msg: &Inbound,
+        bytes: u64,
+    ) -> Recv {
+        let ud = msg.grh.is_some();
+        let Some(pd) = self.qp(dest).map(|d| d.pd) else {
+            return Recv::Dropped;
+        };
         if let Some(stag) = msg.inv_stag {
             let _ = self.mrs.invalidate(stag, pd);
         }
@@ -810,7 +890,6 @@ impl Engine {
         if msg.solicited {
             qw3 |= 1 << cqe::SOEVENT;
         }
-        let bytes = if msg.no_scatter { msg.len } else { need };
         let c = CqeData {
             qw: [bytes & 0xffff_ffff, d.compl_ctx, qw2, qw3],
             ext: msg

@@ -13,9 +13,16 @@ mod exec;
 pub mod grh;
 pub mod mr;
 pub mod pagelist;
+mod path;
 pub mod qp;
+mod requester;
+mod responder;
 pub mod ring;
+pub mod seglist;
+pub mod transport;
 pub mod wqe;
+
+use std::collections::VecDeque;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
@@ -40,6 +47,8 @@ pub struct Env<'a> {
     pub irq: &'a dyn InterruptSink,
     /// Bus Master Enable: without it doorbells are ignored and the admin queue stops.
     pub bus_master: bool,
+    /// The device clock in microseconds (monotonic; the test host drives it by hand).
+    pub now_us: u64,
 }
 
 /// A UD address handle.
@@ -78,6 +87,10 @@ pub struct Engine {
     gids: Vec<Option<Gid>>,
     port: Port,
     stats: Stats,
+    /// Frames for the fabric (bounded by `transport::MAX_OUTBOX`).
+    outbox: VecDeque<Vec<u8>>,
+    /// IPv4 identification of the next frame.
+    ip_id: u16,
 }
 
 impl Default for Engine {
@@ -108,6 +121,8 @@ impl Engine {
                 mtu: 5,
             },
             stats: Stats::default(),
+            outbox: VecDeque::new(),
+            ip_id: 0,
         }
     }
 
@@ -190,11 +205,23 @@ impl Engine {
         self.flush_interrupts(env);
     }
 
-    /// Timer tick: retries RC sends waiting after an RNR NAK. (The vfio-user server has no
-    /// timer yet; every doorbell also retries them.)
+    /// Timer tick: retries local RC sends waiting after an RNR NAK, and runs the wire
+    /// transport's timers (retransmission, RNR back-off) and pending transmissions.
     pub fn tick(&mut self, env: &Env<'_>) {
         if env.bus_master {
             self.retry_rnr(env, u32::MAX);
+            self.transport_tick(env);
+        }
+        self.flush_interrupts(env);
+    }
+
+    /// A RoCEv2 frame from the fabric for this NIC's MAC.
+    pub fn rx_frame(&mut self, env: &Env<'_>, frame: &[u8]) {
+        if env.bus_master {
+            self.receive_frame(env, frame);
+        } else {
+            // No DMA without Bus Master Enable: the packet is lost, as on a real NIC.
+            self.stats.rx_drops += 1;
         }
         self.flush_interrupts(env);
     }

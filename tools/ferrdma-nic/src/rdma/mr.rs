@@ -57,8 +57,8 @@ pub struct Mr {
 }
 
 impl Mr {
-    /// Bus-address segments of `[va, va + len)`; `len` must be non-zero.
-    fn segments(&self, va: u64, len: u64) -> Result<Vec<Seg>, AccessFault> {
+    /// The offset of `va` in the MR if `[va, va + len)` lies within it.
+    fn bounds(&self, va: u64, len: u64) -> Result<u64, AccessFault> {
         let base = if self.access & MR_ACCESS_ZERO_BASED != 0 {
             0
         } else {
@@ -69,6 +69,12 @@ impl Mr {
         if end > self.length {
             return Err(AccessFault::Bounds);
         }
+        Ok(start)
+    }
+
+    /// Bus-address segments of `[va, va + len)`; `len` must be non-zero.
+    fn segments(&self, va: u64, len: u64) -> Result<Vec<Seg>, AccessFault> {
+        let start = self.bounds(va, len)?;
         let ps = 1u64 << self.page_shift;
         let mut off = (self.iova & (ps - 1)) + start;
         let mut left = len;
@@ -168,6 +174,21 @@ impl MrTable {
         Ok(mr)
     }
 
+    /// The MR `stag` names if it may be used for `need` by `pd`.
+    fn permitted(&self, stag: u32, pd: u32, need: Need) -> Result<&Mr, AccessFault> {
+        let mr = self.lookup(stag, pd)?;
+        let right = match need {
+            Need::LocalRead => 0,
+            Need::LocalWrite => MR_ACCESS_LOCAL_WRITE,
+            Need::RemoteRead => MR_ACCESS_REMOTE_READ,
+            Need::RemoteWrite => MR_ACCESS_REMOTE_WRITE,
+        };
+        if mr.access & right != right {
+            return Err(AccessFault::Rights);
+        }
+        Ok(mr)
+    }
+
     /// Checks an access and translates it. A zero-length access is always allowed.
     pub fn translate(
         &self,
@@ -180,17 +201,23 @@ impl MrTable {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let mr = self.lookup(stag, pd)?;
-        let right = match need {
-            Need::LocalRead => 0,
-            Need::LocalWrite => MR_ACCESS_LOCAL_WRITE,
-            Need::RemoteRead => MR_ACCESS_REMOTE_READ,
-            Need::RemoteWrite => MR_ACCESS_REMOTE_WRITE,
-        };
-        if mr.access & right != right {
-            return Err(AccessFault::Rights);
+        self.permitted(stag, pd, need)?.segments(va, len)
+    }
+
+    /// Checks an access like [`MrTable::translate`] without building its segments (so a
+    /// check of a huge range costs nothing).
+    pub fn check(
+        &self,
+        stag: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        need: Need,
+    ) -> Result<(), AccessFault> {
+        if len == 0 {
+            return Ok(());
         }
-        mr.segments(va, len)
+        self.permitted(stag, pd, need)?.bounds(va, len).map(|_| ())
     }
 
     /// Invalidates the MR named by `stag` if it belongs to `pd`.

@@ -4,6 +4,7 @@
 use crate::interface::{qp_attr, qp_state, QpAttrs, QP_TYPE_RC};
 
 use super::ring::Ring;
+use super::transport::{ReqState, RespState};
 
 /// One QP.
 #[derive(Debug)]
@@ -36,6 +37,10 @@ pub struct Qp {
     pub rnr_attempts: u32,
     /// Waiting for the responder to post a receive.
     pub rnr_wait: bool,
+    /// Wire transport, requester side (peers that are not local).
+    pub req: ReqState,
+    /// Wire transport, responder side.
+    pub resp: RespState,
 }
 
 impl Qp {
@@ -55,6 +60,8 @@ impl Qp {
         self.comm_est_sent = false;
         self.rnr_attempts = 0;
         self.rnr_wait = false;
+        self.req = ReqState::default();
+        self.resp = RespState::default();
     }
 
     /// Advances the SQ tail by `n` quanta, flipping the polarity on wrap.

@@ -467,5 +467,5 @@ fn reset_drops_every_object() {
     r.h.set_reg(REG_DEV_CTRL, DEV_CTRL_RESET);
     // Doorbells now name nothing.
     r.h.doorbell(1, DB_SQ_OFFSET, r.a.id);
-    assert!(r.h.dev.engine().stats().spurious_doorbells >= 1);
+    assert!(r.h.dev().engine().stats().spurious_doorbells >= 1);
 }

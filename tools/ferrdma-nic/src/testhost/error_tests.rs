@@ -187,7 +187,7 @@ fn rnr_retry_and_retry_exceeded() {
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
     assert_eq!(r.h.stats().rnr_naks, 1);
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.dev.tick();
+    r.h.dev().tick();
     let c = r.h.poll_cq(&mut r.cq_a);
     assert_eq!((c.len(), c[0].error()), (1, None));
     assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
@@ -235,9 +235,9 @@ fn rnr_retry_and_retry_exceeded() {
             ..Default::default()
         },
     );
-    r.h.dev.tick();
+    r.h.dev().tick();
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
-    r.h.dev.tick();
+    r.h.dev().tick();
     assert_eq!(
         r.h.poll_cq(&mut r.cq_a)[0].error(),
         Some((1, flush::RNR_RETRY_EXC))
@@ -477,7 +477,7 @@ fn cq_overflow_stops_the_cq_and_raises_an_event() {
 #[test]
 fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
     let mut r = Rig::rc();
-    let before = r.h.dev.engine().stats().spurious_doorbells;
+    let before = r.h.dev().engine().stats().spurious_doorbells;
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
     r.h.post_send(
         &mut r.a,
@@ -492,16 +492,16 @@ fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
     r.h.doorbell(1, DB_SQ_OFFSET, 0xfff0_0002); // push bits set
     r.h.doorbell(1, DB_SQ_OFFSET, 999); // no such QP
     r.h.doorbell(1, 0x80, r.a.id); // unused offset
-    r.h.dev
+    r.h.dev()
         .write_region(crate::vfio_layout::REGION_DB, 4096, &[1, 2])
         .unwrap();
     assert!(r
         .h
-        .dev
+        .dev()
         .write_region(crate::vfio_layout::REGION_DB, DB_BAR_SIZE as u64, &[0; 4])
         .is_ok());
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
-    assert!(r.h.dev.engine().stats().spurious_doorbells >= before + 5);
+    assert!(r.h.dev().engine().stats().spurious_doorbells >= before + 5);
     // Bus mastering off: the doorbell is ignored; back on, the next doorbell runs it.
     r.h.cfg_w16(4, 0x2);
     r.h.ring_sq(&r.a);
@@ -511,7 +511,7 @@ fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
     assert_eq!(r.h.poll_cq(&mut r.cq_a).len(), 1);
     // Reads of the doorbell BAR return 0.
     let mut b = [0xffu8; 4];
-    r.h.dev
+    r.h.dev()
         .read_region(crate::vfio_layout::REGION_DB, 0, &mut b)
         .unwrap();
     assert_eq!(b, [0; 4]);

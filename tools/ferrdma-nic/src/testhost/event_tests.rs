@@ -49,7 +49,7 @@ fn aeq_wraps_around_with_polarity_and_one_interrupt_per_arm() {
     // Bad EQ doorbells are ignored.
     h.set_reg(REG_EQ_DOORBELL, eq_doorbell(0, 16, true));
     h.set_reg(REG_EQ_DOORBELL, eq_doorbell(5, 0, true));
-    assert!(h.dev.engine().stats().spurious_doorbells >= 2);
+    assert!(h.dev().engine().stats().spurious_doorbells >= 2);
 }
 
 #[test]
@@ -175,9 +175,9 @@ fn cq_arm_next_and_solicited_one_event_per_arm() {
     assert_eq!(cqes.len(), 5);
     assert!(cqes[4].solicited() && !cqes[3].solicited());
     // A doorbell from the wrong page is ignored.
-    let before = r.h.dev.engine().stats().spurious_doorbells;
+    let before = r.h.dev().engine().stats().spurious_doorbells;
     r.h.doorbell(0, DB_CQ_ARM_OFFSET, 2);
-    assert_eq!(r.h.dev.engine().stats().spurious_doorbells, before + 1);
+    assert_eq!(r.h.dev().engine().stats().spurious_doorbells, before + 1);
 }
 
 #[test]

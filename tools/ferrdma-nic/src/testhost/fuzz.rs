@@ -336,12 +336,12 @@ pub fn apply(r: &mut Rig, op: &Op) {
         }
         Op::Doorbell(off, data) => {
             let _ =
-                r.h.dev
+                r.h.dev()
                     .write_region(crate::vfio_layout::REGION_DB, *off, data);
         }
         Op::Reg(reg, v) => {
             let _ =
-                r.h.dev
+                r.h.dev()
                     .write_region(REGION_BAR0, *reg as u64, &v.to_le_bytes());
         }
         Op::Shadow(which, head, arm) => {
@@ -352,11 +352,19 @@ pub fn apply(r: &mut Rig, op: &Op) {
             r.h.doorbell(page, DB_CQ_ARM_OFFSET, id);
         }
         Op::Modify(qp, mask, state, access) => {
+            // Bits of `access` above the two rights pick a GID that is not the device's
+            // own (the QP then talks through the wire transport, see `Op::Tick`) and short
+            // transport timers.
+            let mut remote = GID0;
+            remote[15] ^= 0x40;
             let attrs = QpAttrs {
                 state: *state,
                 access: *access & 3,
                 dest_qpn: 5 - qp,
-                dgid: GID0,
+                dgid: if *access & 4 != 0 { remote } else { GID0 },
+                timeout: ((*access >> 3) & 3) as u8,
+                retry_cnt: ((*access >> 5) & 7) as u8,
+                path_mtu: 1 + ((*access >> 8) % 5) as u8,
                 rnr_retry: 3,
                 ..Default::default()
             };
@@ -376,7 +384,16 @@ pub fn apply(r: &mut Rig, op: &Op) {
                 fresh(r);
             }
         }
-        Op::Tick => r.h.dev.tick(),
+        Op::Tick => {
+            // The wire is a mirror: frames the device sent come back to it, where their
+            // destination QP is the peer QP (so QPs 2 and 3 talk RoCE to each other), and
+            // whatever the guest did to the QPs in between applies.
+            let frames = r.h.dev().take_tx();
+            for f in frames {
+                r.h.dev().rx_frame(&f);
+            }
+            r.h.dev().tick();
+        }
         Op::CqStress(shadow, ring, size) => cq_stress(r, *shadow, *ring, *size),
     }
     // Keep draining CQs and EQs like a driver would, so the device keeps producing.
@@ -524,7 +541,7 @@ fn fuzz_storm() {
     let strategy = op();
     let mut done = 0u64;
     let mut sequences = 0u64;
-    let mut totals = [0u64; 8];
+    let mut totals = [0u64; 10];
     let start = std::time::Instant::now();
     while done < total {
         let mut r = Rig::rc();
@@ -534,7 +551,7 @@ fn fuzz_storm() {
             done += 1;
         }
         sequences += 1;
-        let st = *r.h.dev.engine().stats();
+        let st = *r.h.dev().engine().stats();
         for (sum, v) in totals.iter_mut().zip([
             st.admin_cmds,
             st.admin_errors,
@@ -544,6 +561,8 @@ fn fuzz_storm() {
             st.wqe_errors,
             st.rx_packets,
             st.aeqes,
+            st.tx_packets,
+            st.rx_drops,
         ]) {
             *sum += v;
         }
@@ -560,7 +579,17 @@ fn fuzz_storm() {
     );
     eprintln!(
         "fuzz_storm: device saw admin_cmds {} (errors {}), doorbells {} (spurious {}), \
-         cqes {}, wqe_errors {}, messages delivered {}, async events {}",
-        totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7]
+         cqes {}, wqe_errors {}, messages delivered {}, async events {}, \
+         packets sent {} (mirrored back), inbound drops {}",
+        totals[0],
+        totals[1],
+        totals[2],
+        totals[3],
+        totals[4],
+        totals[5],
+        totals[6],
+        totals[7],
+        totals[8],
+        totals[9]
     );
 }

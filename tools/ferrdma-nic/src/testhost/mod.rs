@@ -12,6 +12,7 @@ mod error_tests;
 mod event_tests;
 mod fuzz;
 mod more_tests;
+mod wire_tests;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -22,6 +23,7 @@ use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
 use crate::interface::*;
 use crate::mapping::test_util::memfd;
 use crate::msix::test_util::{count, eventfd};
+use crate::shared::SharedDevice;
 use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB};
 
 /// Guest-physical base of guest RAM.
@@ -162,8 +164,11 @@ impl Buf {
 }
 
 pub struct Host {
-    pub dev: Device,
+    /// The device, shared the way the vfio-user server shares it with its engine thread.
+    pub shared: SharedDevice,
     pub ram: File,
+    /// Guest RAM bytes (from `RAM_BASE`).
+    pub ram_size: u64,
     next: u64,
     irqs: Vec<File>,
     aq: u64,
@@ -179,18 +184,23 @@ impl Host {
     /// A device with guest RAM mapped, bus mastering and MSI-X on, vectors wired, the
     /// engine reset and the admin queue running.
     pub fn new() -> Self {
+        Self::with_ram(RAM_SIZE)
+    }
+
+    /// Like [`Host::new`] with `ram_size` bytes of guest RAM.
+    pub fn with_ram(ram_size: u64) -> Self {
         // Guest RAM sits between two guard pages of the memfd that are never mapped to the
         // device; `guards_intact` checks that the device never wrote them.
-        let ram = memfd(RAM_SIZE + 2 * GUARD);
+        let ram = memfd(ram_size + 2 * GUARD);
         ram.write_all_at(&[GUARD_BYTE; GUARD as usize], 0).unwrap();
-        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], GUARD + RAM_SIZE)
+        ram.write_all_at(&[GUARD_BYTE; GUARD as usize], GUARD + ram_size)
             .unwrap();
         let mut dev = Device::new("testhost");
         dev.dma_map(
             DMA_MAP_READ | DMA_MAP_WRITE,
             GUARD,
             RAM_BASE,
-            RAM_SIZE,
+            ram_size,
             Some(ram.try_clone().unwrap()),
         )
         .unwrap();
@@ -205,8 +215,9 @@ impl Host {
         )
         .unwrap();
         let mut h = Self {
-            dev,
+            shared: SharedDevice::new(dev),
             ram,
+            ram_size,
             next: 0x1000,
             irqs,
             aq: 0,
@@ -218,7 +229,7 @@ impl Host {
             mr_pages: HashMap::new(),
         };
         h.cfg_w16(4, 0x6); // memory + bus master
-        h.dev
+        h.dev()
             .write_region(REGION_CONFIG, MSIX_CAP_OFFSET as u64 + 3, &[0x80])
             .unwrap();
         assert_eq!(h.reg(REG_FEATURES) & FEATURE_RDMA, FEATURE_RDMA);
@@ -234,10 +245,15 @@ impl Host {
         h
     }
 
+    /// The device (locked).
+    pub fn dev(&self) -> std::sync::MutexGuard<'_, Device> {
+        self.shared.lock()
+    }
+
     /// Whether the guard pages around guest RAM still hold their pattern.
     pub fn guards_intact(&self) -> bool {
         let mut b = vec![0u8; GUARD as usize];
-        [0, GUARD + RAM_SIZE].iter().all(|&off| {
+        [0, GUARD + self.ram_size].iter().all(|&off| {
             self.ram.read_exact_at(&mut b, off).unwrap();
             b.iter().all(|&x| x == GUARD_BYTE)
         })
@@ -259,7 +275,7 @@ impl Host {
     }
 
     pub fn cfg_w16(&mut self, off: u64, v: u16) {
-        self.dev
+        self.dev()
             .write_region(REGION_CONFIG, off, &v.to_le_bytes())
             .unwrap();
     }
@@ -268,7 +284,7 @@ impl Host {
     pub fn alloc(&mut self, len: u64, align: u64) -> u64 {
         let at = self.next.next_multiple_of(align);
         self.next = at + len.max(1);
-        assert!(self.next <= RAM_SIZE, "test host out of guest RAM");
+        assert!(self.next <= self.ram_size, "test host out of guest RAM");
         RAM_BASE + at
     }
 
@@ -294,14 +310,14 @@ impl Host {
 
     pub fn reg(&self, off: usize) -> u32 {
         let mut b = [0u8; 4];
-        self.dev
+        self.dev()
             .read_region(REGION_BAR0, off as u64, &mut b)
             .unwrap();
         u32::from_le_bytes(b)
     }
 
     pub fn set_reg(&mut self, off: usize, v: u32) {
-        self.dev
+        self.dev()
             .write_region(REGION_BAR0, off as u64, &v.to_le_bytes())
             .unwrap();
     }
@@ -313,7 +329,7 @@ impl Host {
 
     pub fn doorbell(&mut self, page: u32, off: usize, v: u32) {
         let at = u64::from(page) * DB_PAGE_SIZE as u64 + off as u64;
-        self.dev
+        self.dev()
             .write_region(REGION_DB, at, &v.to_le_bytes())
             .unwrap();
     }

@@ -1,0 +1,144 @@
+//! From a QP's (or AH's) address vector to RoCEv2 frames: source MAC and IP from the GID
+//! table entry `sgid_index`, destination from the AV (an IPv4-mapped GID, or
+//! `AV_FLAG_IPV4`, means IPv4), UDP source port from `udp_sport`, destination port 4791.
+//! Built frames go to the engine's outbox, which the device drains to the fabric.
+
+use crate::interface::{QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN};
+use crate::wire::bth::Bth;
+use crate::wire::eth::{EthHeader, Vlan};
+use crate::wire::ipv4::Ipv4Header;
+use crate::wire::ipv6::Ipv6Header;
+use crate::wire::{build, ExtHeaders, Headers, IpHeader};
+
+use super::transport::{DEFAULT_UDP_SPORT, MAX_OUTBOX, PKEY};
+use super::Engine;
+
+/// Whether a GID is an IPv4-mapped address (::ffff:a.b.c.d).
+pub fn is_v4_mapped(gid: &[u8; 16]) -> bool {
+    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
+}
+
+/// The IPv4-mapped GID of an IPv4 address.
+pub fn v4_mapped(ip: [u8; 4]) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[10] = 0xff;
+    g[11] = 0xff;
+    g[12..].copy_from_slice(&ip);
+    g
+}
+
+/// Why a frame could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PathError {
+    #[error("the source GID index has no GID table entry")]
+    NoSgid,
+    #[error("the port is down")]
+    LinkDown,
+    #[error("the outbox is full")]
+    Full,
+    #[error("headers do not fit: {0}")]
+    Build(#[from] crate::wire::WireError),
+}
+
+impl Engine {
+    /// Whether `gid` is one of this NIC's GIDs (destination served by local loopback).
+    pub(super) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
+        self.gids.iter().flatten().any(|g| g.gid == *gid)
+    }
+
+    /// Whether the outbox can take `n` more frames.
+    pub(super) fn tx_room(&self, n: usize) -> bool {
+        self.outbox.len() + n <= MAX_OUTBOX
+    }
+
+    /// Builds a frame to the path `a` and queues it for the fabric.
+    pub(super) fn transmit(
+        &mut self,
+        a: &QpAttrs,
+        bth: Bth,
+        ext: ExtHeaders,
+        payload: &[u8],
+    ) -> Result<(), PathError> {
+        if !self.port.link_up {
+            return Err(PathError::LinkDown);
+        }
+        if !self.tx_room(1) {
+            return Err(PathError::Full);
+        }
+        let sgid = self
+            .gids
+            .get(usize::from(a.sgid_index))
+            .and_then(Option::as_ref)
+            .copied()
+            .ok_or(PathError::NoSgid)?;
+        let v4 = a.av_flags & AV_FLAG_IPV4 != 0 || is_v4_mapped(&a.dgid);
+        let ip = if v4 {
+            self.ip_id = self.ip_id.wrapping_add(1);
+            IpHeader::V4(Ipv4Header {
+                src: [sgid.gid[12], sgid.gid[13], sgid.gid[14], sgid.gid[15]],
+                dst: [a.dgid[12], a.dgid[13], a.dgid[14], a.dgid[15]],
+                traffic_class: a.traffic_class,
+                ttl: if a.hop_limit == 0 { 64 } else { a.hop_limit },
+                identification: self.ip_id,
+            })
+        } else {
+            IpHeader::V6(Ipv6Header {
+                src: sgid.gid,
+                dst: a.dgid,
+                traffic_class: a.traffic_class,
+                flow_label: a.flow_label & 0xf_ffff,
+                hop_limit: if a.hop_limit == 0 { 64 } else { a.hop_limit },
+            })
+        };
+        let src_mac = if sgid.mac == [0; 6] {
+            self.port.mac
+        } else {
+            sgid.mac
+        };
+        let vlan = (a.av_flags & AV_FLAG_VLAN != 0).then_some(Vlan {
+            pcp: a.traffic_class >> 5,
+            dei: false,
+            vid: a.vlan_id & 0xfff,
+        });
+        let h = Headers {
+            eth: EthHeader {
+                dst: a.dmac,
+                src: src_mac,
+                vlan,
+            },
+            ip,
+            udp_src_port: if a.udp_sport == 0 {
+                DEFAULT_UDP_SPORT
+            } else {
+                a.udp_sport
+            },
+            bth: Bth { pkey: PKEY, ..bth },
+            ext,
+        };
+        let frame = build(&h, payload)?;
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += payload.len() as u64;
+        self.outbox.push_back(frame);
+        Ok(())
+    }
+
+    /// Frames waiting for the fabric, oldest first (the caller sends them in order).
+    pub fn take_tx(&mut self) -> Vec<Vec<u8>> {
+        self.outbox.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_mapping() {
+        let g = v4_mapped([10, 0, 0, 1]);
+        assert!(is_v4_mapped(&g));
+        assert_eq!(g[12..], [10, 0, 0, 1]);
+        let mut v6 = g;
+        v6[0] = 0xfe;
+        assert!(!is_v4_mapped(&v6));
+    }
+}

@@ -1,0 +1,1790 @@
+//! Two NICs on one wire: each a test host with its own guest RAM, joined by a pump that
+//! carries the frames each engine emits to the other through optional `fault::Link`s, on a
+//! hand-driven device clock. Nothing sleeps: when no frame is in flight the clock jumps to
+//! the next timer, so retransmission and RNR back-off cost no wall time and every run with
+//! the same seed is the same run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::*;
+use crate::device::Clock;
+use crate::fabric::fault::{FaultConfig, Link};
+use crate::fabric::pcap::PcapWriter;
+use crate::rdma::transport::MAX_OUTBOX;
+
+const QPN: u32 = 2;
+const UDQPN: u32 = 3;
+const QKEY: u32 = 0x1111_2222;
+const ACC: u32 = MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
+
+fn mac(i: u8) -> [u8; 6] {
+    [2, 0, 0, 0, 0x10, i]
+}
+
+fn gid(i: u8) -> [u8; 16] {
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, i]
+}
+
+/// An IPv6 GID (fd00::i).
+fn gid6(i: u8) -> [u8; 16] {
+    [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, i]
+}
+
+/// Transport parameters of a connection.
+#[derive(Clone, Copy)]
+struct Path {
+    mtu: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    min_rnr_timer: u8,
+}
+
+impl Default for Path {
+    fn default() -> Self {
+        Path {
+            mtu: 3,
+            timeout: 10,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+        }
+    }
+}
+
+/// A registered, physically contiguous buffer.
+#[derive(Clone, Copy)]
+struct Mem {
+    gpa: u64,
+    va: u64,
+    len: u64,
+    stag: u32,
+}
+
+impl Mem {
+    fn sg(&self, off: u64, len: u32) -> Sg {
+        Sg {
+            addr: self.va + off,
+            len,
+            lkey: self.stag,
+        }
+    }
+}
+
+struct Nic {
+    h: Host,
+    aeq: EqH,
+    scq: CqH,
+    rcq: CqH,
+    qp: QpH,
+    ud: QpH,
+    src: Mem,
+    dst: Mem,
+    /// IPv6 GIDs and a VLAN-tagged path instead of IPv4.
+    v6: bool,
+}
+
+impl Nic {
+    fn new(i: u8, clock: &Arc<AtomicU64>, buf: u64) -> Self {
+        Self::with_clock(i, Clock::Manual(Arc::clone(clock)), buf)
+    }
+
+    fn with_clock(i: u8, clock: Clock, buf: u64) -> Self {
+        Self::build(i, clock, buf, false)
+    }
+
+    fn build(i: u8, clock: Clock, buf: u64, v6: bool) -> Self {
+        let mut h = Host::with_ram(2 * buf.next_multiple_of(2 << 20) + (16 << 20));
+        h.dev().set_clock(clock);
+        let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 256);
+        let ceq = h.create_eq(1, EQ_KIND_CEQ, 1, 256);
+        h.arm_eq(&aeq);
+        h.arm_eq(&ceq);
+        let port = SetPort {
+            hdr: Host::hdr(admin_op::SET_PORT),
+            mac: mac(i),
+            link: LINK_UP,
+            mtu: 5,
+            ..Default::default()
+        };
+        assert_eq!(h.admin(port.encode()), admin_status::OK);
+        let g = GidCmd {
+            hdr: Host::hdr(admin_op::ADD_GID),
+            index: 0,
+            gid: if v6 { gid6(i) } else { gid(i) },
+            mac: mac(i),
+            ..Default::default()
+        };
+        assert_eq!(h.admin(g.encode()), admin_status::OK);
+        h.poll_eq(&mut aeq);
+        h.arm_eq(&aeq);
+        let scq = h.create_cq(1, 256, 1);
+        let rcq = h.create_cq(2, 256, 1);
+        let qp = h.create_qp(QPN, QP_TYPE_RC, 1, 1, 2, 1024, 128, 2);
+        let ud = h.create_qp(UDQPN, QP_TYPE_UD, 1, 1, 2, 256, 64, 2);
+        h.ud_to_rts(UDQPN, QKEY);
+        let src = reg_contig(&mut h, 0x100 | 0x11, buf);
+        let dst = reg_contig(&mut h, 0x200 | 0x22, buf);
+        Nic {
+            h,
+            aeq,
+            scq,
+            rcq,
+            qp,
+            ud,
+            src,
+            dst,
+            v6,
+        }
+    }
+
+    /// RESET -> INIT -> RTR -> RTS towards NIC `peer`.
+    fn connect(&mut self, peer: u8, p: Path, sq_psn: u32, rq_psn: u32) {
+        self.connect_qp(QPN, QPN, peer, p, sq_psn, rq_psn);
+    }
+
+    /// RESET -> INIT -> RTR -> RTS of QP `qpn` towards QP `dest` of NIC `peer`.
+    fn connect_qp(&mut self, qpn: u32, dest: u32, peer: u8, p: Path, sq_psn: u32, rq_psn: u32) {
+        let attrs = |state| QpAttrs {
+            state,
+            access: QP_ACCESS_REMOTE_READ | QP_ACCESS_REMOTE_WRITE,
+            dest_qpn: dest,
+            dgid: if self.v6 { gid6(peer) } else { gid(peer) },
+            dmac: mac(peer),
+            av_flags: if self.v6 { AV_FLAG_VLAN } else { AV_FLAG_IPV4 },
+            vlan_id: 5,
+            flow_label: 0x12345,
+            traffic_class: 0x60,
+            hop_limit: 64,
+            udp_sport: 0xc000 + u16::from(peer),
+            path_mtu: p.mtu,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            min_rnr_timer: p.min_rnr_timer,
+            max_rd_atomic: 4,
+            max_dest_rd_atomic: 16,
+            sq_psn,
+            rq_psn,
+            ..Default::default()
+        };
+        let h = &mut self.h;
+        assert_eq!(
+            h.modify(qpn, qp_attr::STATE | qp_attr::ACCESS, attrs(qp_state::INIT)),
+            0
+        );
+        let rtr = qp_attr::STATE
+            | qp_attr::AV
+            | qp_attr::DEST_QPN
+            | qp_attr::PATH_MTU
+            | qp_attr::RQ_PSN
+            | qp_attr::MIN_RNR_TIMER
+            | qp_attr::MAX_DEST_RD_ATOMIC;
+        assert_eq!(h.modify(qpn, rtr, attrs(qp_state::RTR)), 0);
+        let rts = qp_attr::STATE
+            | qp_attr::TIMEOUT
+            | qp_attr::RETRY_CNT
+            | qp_attr::RNR_RETRY
+            | qp_attr::SQ_PSN
+            | qp_attr::MAX_RD_ATOMIC;
+        assert_eq!(h.modify(qpn, rts, attrs(qp_state::RTS)), 0);
+    }
+}
+
+/// A buffer of `len` bytes in 2 MiB pages (4 KiB pages when small), registered for
+/// everything.
+fn reg_contig(h: &mut Host, stag: u32, len: u64) -> Mem {
+    let shift = if len <= 1 << 20 { 12 } else { 21 };
+    let ps = 1u64 << shift;
+    let gpa = h.alloc(len.next_multiple_of(ps), ps);
+    let pages: Vec<u64> = (0..len.div_ceil(ps)).map(|k| gpa + k * ps).collect();
+    let list = h.page_list(&pages);
+    let va = VA_OFFSET + gpa;
+    let st = h.admin(
+        RegMr {
+            hdr: Host::hdr(admin_op::REG_MR),
+            stag,
+            pd: 1,
+            access: ACC,
+            page_shift: shift,
+            iova: va,
+            length: len,
+            pages: list,
+            ..Default::default()
+        }
+        .encode(),
+    );
+    assert_eq!(st, admin_status::OK, "REG_MR");
+    Mem { gpa, va, len, stag }
+}
+
+/// Decides whether a frame is lost.
+type FrameFilter = Box<dyn FnMut(&[u8]) -> bool>;
+
+/// The two NICs and the wire between them.
+struct Net {
+    a: Nic,
+    b: Nic,
+    clock: Arc<AtomicU64>,
+    /// Faults on the way to A and to B.
+    to_a: Option<Link>,
+    to_b: Option<Link>,
+    /// Frames towards B are dropped (B is gone).
+    b_gone: bool,
+    pcap: Option<PcapWriter<Vec<u8>>>,
+    frames: u64,
+    /// Frames towards A for which this returns true are lost.
+    drop_to_a: Option<FrameFilter>,
+}
+
+impl Net {
+    fn new(buf: u64, p: Path) -> Self {
+        Self::build(buf, p, false)
+    }
+
+    fn build(buf: u64, p: Path, v6: bool) -> Self {
+        let clock = Arc::new(AtomicU64::new(1_000_000));
+        let mut a = Nic::build(1, Clock::Manual(Arc::clone(&clock)), buf, v6);
+        let mut b = Nic::build(2, Clock::Manual(Arc::clone(&clock)), buf, v6);
+        // PSNs near the 24-bit wrap on one side, so wrapping is exercised.
+        a.connect(2, p, 0xff_fff0, 0x1000);
+        b.connect(1, p, 0x1000, 0xff_fff0);
+        Net {
+            a,
+            b,
+            clock,
+            to_a: None,
+            to_b: None,
+            b_gone: false,
+            pcap: None,
+            frames: 0,
+            drop_to_a: None,
+        }
+    }
+
+    fn faults(&mut self, cfg: FaultConfig, seed: u64) {
+        self.to_a = Some(Link::new(cfg, seed).unwrap());
+        self.to_b = Some(Link::new(cfg, seed ^ 0x5555).unwrap());
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
+    fn carry(&mut self, frames: Vec<Vec<u8>>, to_b: bool) -> usize {
+        let now = self.now();
+        let now_ms = now / 1000;
+        let mut out = Vec::new();
+        for f in frames {
+            self.frames += 1;
+            if let Some(w) = self.pcap.as_mut() {
+                w.write_at(&f, (now / 1_000_000) as u32, (now % 1_000_000) as u32)
+                    .unwrap();
+            }
+            if !to_b && self.drop_to_a.as_mut().is_some_and(|d| d(&f)) {
+                continue;
+            }
+            let link = if to_b { &mut self.to_b } else { &mut self.to_a };
+            match link {
+                Some(l) => l.send(f, now_ms, &mut out),
+                None => out.push(f),
+            }
+        }
+        let n = out.len();
+        self.deliver(out, to_b);
+        n
+    }
+
+    fn deliver(&mut self, frames: Vec<Vec<u8>>, to_b: bool) {
+        for f in frames {
+            if to_b {
+                if !self.b_gone {
+                    self.b.h.dev().rx_frame(&f);
+                }
+            } else {
+                self.a.h.dev().rx_frame(&f);
+            }
+        }
+    }
+
+    /// Runs the wire until `done` (checked whenever nothing is in flight) or until nothing
+    /// is left to do; returns whether `done` was reached.
+    fn run(&mut self, mut done: impl FnMut(&mut Net) -> bool) -> bool {
+        for _ in 0..50_000_000u64 {
+            let fa = self.a.h.dev().take_tx();
+            let fb = self.b.h.dev().take_tx();
+            assert!(fa.len() <= MAX_OUTBOX && fb.len() <= MAX_OUTBOX);
+            if !fa.is_empty() || !fb.is_empty() {
+                self.carry(fa, true);
+                self.carry(fb, false);
+                continue;
+            }
+            if done(self) {
+                return true;
+            }
+            let now = self.now();
+            let due = [
+                self.a.h.dev().next_deadline(),
+                self.b.h.dev().next_deadline(),
+                self.to_a
+                    .as_ref()
+                    .and_then(Link::next_due)
+                    .map(|t| t * 1000),
+                self.to_b
+                    .as_ref()
+                    .and_then(Link::next_due)
+                    .map(|t| t * 1000),
+            ];
+            let Some(next) = due.into_iter().flatten().min() else {
+                return false;
+            };
+            // Never stand still: a timer "due now" that produces nothing must not loop.
+            let next = next.max(now + 1);
+            self.clock.store(next, Ordering::Relaxed);
+            let ms = next / 1000;
+            for to_b in [true, false] {
+                let mut out = Vec::new();
+                let link = if to_b { &mut self.to_b } else { &mut self.to_a };
+                if let Some(l) = link {
+                    l.poll(ms, &mut out);
+                }
+                self.deliver(out, to_b);
+            }
+            self.a.h.dev().tick();
+            self.b.h.dev().tick();
+        }
+        false
+    }
+}
+
+/// Operations the tests run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Send,
+    SendImm,
+    Write,
+    WriteImm,
+    Read,
+}
+
+const ALL_OPS: [Op; 5] = [Op::Send, Op::SendImm, Op::Write, Op::WriteImm, Op::Read];
+
+/// Runs one `op` of `len` bytes from A to B (READ: A reads B's memory) and checks the data
+/// and both sides' completions.
+fn transfer(net: &mut Net, op: Op, len: u64, seed: u8) {
+    let l32 = len as u32;
+    // Data: for READ it starts in B's src, else in A's src; it lands in the other's dst.
+    let data = pattern(len as usize, seed);
+    let (from, to) = if op == Op::Read {
+        (&net.b, &net.a)
+    } else {
+        (&net.a, &net.b)
+    };
+    from.h.write(from.src.gpa, &data);
+    to.h.write(to.dst.gpa, &vec![0u8; len as usize]);
+    let imm = 0x1234_5600 | u32::from(seed);
+    if matches!(op, Op::Send | Op::SendImm | Op::WriteImm) {
+        let sg = net.b.dst.sg(0, l32);
+        net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    }
+    let mut wr = Wr {
+        signaled: true,
+        ..Default::default()
+    };
+    match op {
+        Op::Send | Op::SendImm => {
+            wr.opcode = sq_op::SEND;
+            wr.sges = vec![net.a.src.sg(0, l32)];
+            wr.imm = (op == Op::SendImm).then_some(imm);
+        }
+        Op::Write | Op::WriteImm => {
+            wr.opcode = sq_op::RDMA_WRITE;
+            wr.sges = vec![net.a.src.sg(0, l32)];
+            wr.imm = (op == Op::WriteImm).then_some(imm);
+            wr.hdr_low = net.b.dst.stag;
+            wr.qw2 = net.b.dst.va;
+        }
+        Op::Read => {
+            wr.opcode = sq_op::RDMA_READ;
+            wr.sges = vec![net.a.dst.sg(0, l32)];
+            wr.hdr_low = net.b.src.stag;
+            wr.qw2 = net.b.src.va;
+        }
+    }
+    net.a.h.send(&mut net.a.qp, &wr);
+    let want_recv = matches!(op, Op::Send | Op::SendImm | Op::WriteImm);
+    let mut sc = Vec::new();
+    let mut rc = Vec::new();
+    let ok = net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && (!want_recv || !rc.is_empty())
+    });
+    assert!(ok, "{op:?} of {len} bytes did not complete: {sc:?} {rc:?}");
+    assert_eq!(sc.len(), 1, "{op:?} {len}: {sc:?}");
+    assert_eq!(sc[0].error(), None, "{op:?} {len}");
+    assert_eq!(sc[0].len(), l32);
+    if want_recv {
+        assert_eq!(rc.len(), 1, "{op:?} {len}: {rc:?}");
+        let c = rc[0];
+        assert_eq!(c.error(), None, "{op:?} {len}");
+        assert_eq!(c.len(), l32);
+        let want_imm = matches!(op, Op::SendImm | Op::WriteImm).then_some(imm);
+        assert_eq!(c.imm(), want_imm);
+        let want_op = if op == Op::WriteImm {
+            cqe::OP_RECV_RDMA_IMM
+        } else {
+            cqe::OP_RECV
+        };
+        assert_eq!(c.op(), want_op);
+    } else {
+        assert!(rc.is_empty(), "{op:?}: {rc:?}");
+    }
+    let (to_nic, dst) = if op == Op::Read {
+        (&net.a, net.a.dst)
+    } else {
+        (&net.b, net.b.dst)
+    };
+    let got = to_nic.h.read(dst.gpa, len as usize);
+    assert!(got == data, "{op:?} of {len} bytes: data differs");
+}
+
+#[test]
+fn two_nics_run_every_operation_at_every_mtu() {
+    let sizes: [u64; 9] = [1, 3, 255, 256, 257, 4096, 4097, 65_537, (1 << 20) + 5];
+    for (mtu, extra) in [(1u8, 0u64), (2, 0), (3, 0), (4, 0), (5, 3 << 20)] {
+        let p = Path {
+            mtu,
+            ..Path::default()
+        };
+        let mut net = Net::new(3 << 20, p);
+        let mut seed = mtu;
+        for &len in sizes.iter().chain((extra > 0).then_some(&extra)) {
+            for op in ALL_OPS {
+                seed = seed.wrapping_add(7);
+                transfer(&mut net, op, len, seed);
+            }
+        }
+        assert!(net.a.h.guards_intact() && net.b.h.guards_intact());
+        // A's PSNs went past the 24-bit wrap.
+        let a = net.a.h.query_qp(QPN);
+        assert!(a.attrs.sq_psn < 0xff_fff0, "sq_psn {:#x}", a.attrs.sq_psn);
+    }
+}
+
+fn lossy() -> FaultConfig {
+    FaultConfig::parse("drop=0.01,dup=0.01,reorder=0.01,delay=0.01,delay-ms=2").unwrap()
+}
+
+#[test]
+fn lossy_wire_still_delivers_every_operation() {
+    let p = Path {
+        mtu: 3,
+        ..Path::default()
+    };
+    let mut net = Net::new(2 << 20, p);
+    net.faults(lossy(), 7);
+    net.pcap = Some(PcapWriter::new(Vec::new()).unwrap());
+    let mut seed = 1u8;
+    for len in [1u64, 1000, 1024, 50_000, 2 << 20] {
+        for op in ALL_OPS {
+            seed = seed.wrapping_add(13);
+            transfer(&mut net, op, len, seed);
+        }
+    }
+    let c = net.to_b.as_ref().unwrap().counters();
+    assert!(
+        c.dropped > 0 && c.duplicated > 0 && c.reordered > 0,
+        "{c:?}"
+    );
+    // Every frame of the capture is a well-formed RoCEv2 packet with a good ICRC.
+    let cap = net.pcap.take().unwrap().into_inner();
+    let frames = pcap_frames(&cap);
+    assert_eq!(frames.len() as u64, net.frames);
+    for f in &frames {
+        crate::wire::parse(f).unwrap();
+    }
+    tshark_check(&cap, frames.len());
+}
+
+/// The frames of a classic pcap file.
+fn pcap_frames(cap: &[u8]) -> Vec<Vec<u8>> {
+    assert_eq!(&cap[..4], &0xa1b2_c3d4u32.to_le_bytes());
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at < cap.len() {
+        let incl = u32::from_le_bytes(cap[at + 8..at + 12].try_into().unwrap()) as usize;
+        out.push(cap[at + 16..at + 16 + incl].to_vec());
+        at += 16 + incl;
+    }
+    out
+}
+
+/// If tshark is installed, it must dissect every frame as RoCE (with its ICRC field) without
+/// a malformed packet or an expert warning/error. tshark does not verify the ICRC; the
+/// wire parser the caller ran does.
+fn tshark_check(cap: &[u8], n: usize) {
+    let Ok(out) = std::process::Command::new("tshark")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("tshark not found: pcap checked by the wire parser only");
+        return;
+    };
+    if !out.status.success() {
+        return;
+    }
+    // Tests run in parallel: one file per call.
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "ferrdma-wire-{}-{}.pcap",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, cap).unwrap();
+    let run = |args: &[&str]| {
+        // The RPC-over-RDMA heuristic dissector tries every SEND payload as an RPC header
+        // and calls our pattern bytes malformed; it is not about the RoCE packet.
+        let o = std::process::Command::new("tshark")
+            .args(["-n", "--disable-protocol", "rpcordma"])
+            .arg("-r")
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "tshark: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let roce = run(&[
+        "-Y",
+        "infiniband.invariant.crc",
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+    ]);
+    assert_eq!(
+        roce.lines().count(),
+        n,
+        "frames tshark dissects as InfiniBand"
+    );
+    let bad = run(&["-Y", "_ws.malformed || _ws.expert.severity >= warning"]);
+    let _ = std::fs::remove_file(&path);
+    assert!(bad.trim().is_empty(), "tshark found problems:\n{bad}");
+}
+
+/// The acceptance transfer: 64 MiB WRITE, READ and SEND with immediate under 1% loss,
+/// duplication, reordering and delay, data verified byte for byte. About 12 s in a debug
+/// build (the wire clock is virtual, so timeouts cost nothing).
+#[test]
+fn wire_64mib_under_loss() {
+    let len = 64u64 << 20;
+    let p = Path {
+        mtu: 5,
+        ..Path::default()
+    };
+    let mut net = Net::new(len, p);
+    net.faults(lossy(), 64);
+    let t0 = std::time::Instant::now();
+    transfer(&mut net, Op::Write, len, 1);
+    transfer(&mut net, Op::Read, len, 2);
+    transfer(&mut net, Op::SendImm, len, 3);
+    let c = net.to_b.as_ref().unwrap().counters();
+    eprintln!(
+        "64 MiB WRITE + READ + SEND: {} frames, {:?} towards B, {:?} wall, {} us device time",
+        net.frames,
+        c,
+        t0.elapsed(),
+        net.now()
+    );
+    assert!(c.dropped > 100, "{c:?}");
+}
+
+fn aeq_codes(n: &mut Nic) -> Vec<u16> {
+    let v = n.h.poll_eq(&mut n.aeq).iter().map(|e| e.code).collect();
+    n.h.arm_eq(&n.aeq);
+    v
+}
+
+#[test]
+fn peer_gone_exhausts_retries() {
+    let p = Path {
+        timeout: 14,
+        retry_cnt: 2,
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    net.b_gone = true;
+    let t0 = net.now();
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 5000)],
+        hdr_low: net.b.dst.stag,
+        qw2: net.b.dst.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::RETRY_EXC)));
+    // Three timeouts of 4.096 us * 2^14 each: the first send plus two retries.
+    let waited = net.now() - t0;
+    assert!((3 * 67_108..4 * 67_108).contains(&waited), "{waited} us");
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_RETRY_EXCEEDED));
+    assert_eq!(net.a.h.query_qp(QPN).attrs.state, qp_state::ERR);
+}
+
+#[test]
+fn no_receive_exhausts_rnr_retries() {
+    let p = Path {
+        rnr_retry: 2,
+        min_rnr_timer: 14,
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 3000)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(
+        sc[0].error(),
+        Some((cqe::MAJERR_FLUSH, flush::RNR_RETRY_EXC))
+    );
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_RNR_RETRY_EXCEEDED));
+    assert_eq!(net.b.h.stats().rnr_naks, 3);
+    // B is fine and still connected.
+    assert_eq!(net.b.h.query_qp(QPN).attrs.state, qp_state::RTS);
+}
+
+#[test]
+fn rnr_then_receive_posted_completes() {
+    let p = Path {
+        rnr_retry: 7,
+        min_rnr_timer: 10,
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let data = pattern(3000, 9);
+    net.a.h.write(net.a.src.gpa, &data);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 3000)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut n = 0;
+    assert!(net.run(|_| {
+        n += 1;
+        n > 20
+    }));
+    assert!(net.b.h.stats().rnr_naks >= 2);
+    let sg = net.b.dst.sg(0, 4000);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    assert_eq!(rc[0].len(), 3000);
+    assert_eq!(net.b.h.read(net.b.dst.gpa, 3000), data);
+}
+
+#[test]
+fn remote_access_error_hits_both_sides() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 100)],
+        hdr_low: net.b.dst.stag ^ 0x01,
+        qw2: net.b.dst.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_REMOTE_ERROR));
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_REMOTE_ACCESS));
+    assert_eq!(net.a.h.query_qp(QPN).attrs.state, qp_state::ERR);
+    assert_eq!(net.b.h.query_qp(QPN).attrs.state, qp_state::ERR);
+}
+
+#[test]
+fn receive_too_small_is_an_invalid_request() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let sg = net.b.dst.sg(0, 1000);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 5000)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_INV_REQ)));
+    assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::LOC_LEN)));
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_INVALID_REQUEST));
+}
+
+#[test]
+fn send_with_invalidate_over_the_wire() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let sg = net.b.dst.sg(0, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let target = net.b.src.stag;
+    let wr = Wr {
+        opcode: sq_op::SEND_INV,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        hdr_low: target,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    assert_eq!(rc[0].error(), None);
+    assert_eq!(rc[0].qw[2] as u32, target, "invalidated STag reported");
+    // The invalidated MR refuses a READ now.
+    let wr = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 8)],
+        hdr_low: target,
+        qw2: net.b.src.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+}
+
+#[test]
+fn ud_over_the_wire_delivers_the_ipv4_header_in_the_grh_slot() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 5,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: gid(2),
+            dmac: mac(2),
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            udp_sport: 0xd000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    let data = pattern(200, 3);
+    net.a.h.write(net.a.src.gpa, &data);
+    let sg = net.b.dst.sg(0, 40 + 200);
+    net.b.h.post_recv(&mut net.b.ud, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        imm: Some(0xabcd),
+        sges: vec![net.a.src.sg(0, 200)],
+        hdr_low: 5,
+        qw2: (u64::from(UDQPN) << 32) | u64::from(QKEY),
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.ud, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    let c = rc[0];
+    assert_eq!(c.error(), None);
+    assert_eq!(c.len(), 240);
+    assert_eq!(c.imm(), Some(0xabcd));
+    assert_eq!(c.qw[2] as u32 & 0xff_ffff, UDQPN, "source QP");
+    let got = net.b.h.read(net.b.dst.gpa, 240);
+    assert_eq!(got[..20], [0; 20]);
+    assert_eq!(got[20] >> 4, 4, "IPv4 header at byte 20");
+    assert_eq!(got[32..36], [10, 0, 0, 1]);
+    assert_eq!(got[36..40], [10, 0, 0, 2]);
+    assert_eq!(got[40..], data[..]);
+    // A wrong Q_Key is dropped.
+    let sg = net.b.dst.sg(0, 240);
+    net.b.h.post_recv(&mut net.b.ud, &[sg]);
+    let drops = net.b.h.stats().rx_drops;
+    let wr = Wr {
+        qw2: (u64::from(UDQPN) << 32) | u64::from(QKEY ^ 1),
+        ..wr
+    };
+    net.a.h.send(&mut net.a.ud, &wr);
+    net.run(|_| false);
+    assert_eq!(net.b.h.stats().rx_drops, drops + 1);
+    assert!(net.b.h.poll_cq(&mut net.b.rcq).is_empty());
+}
+
+#[test]
+fn many_small_messages_in_flight_complete_in_order() {
+    let mut net = Net::new(1 << 20, Path::default());
+    net.faults(lossy(), 3);
+    for i in 0..100u32 {
+        let sg = net.b.dst.sg(u64::from(i) * 100, 100);
+        net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    }
+    let data = pattern(10_000, 5);
+    net.a.h.write(net.a.src.gpa, &data);
+    for i in 0..100u32 {
+        let wr = Wr {
+            opcode: sq_op::SEND,
+            signaled: i % 3 == 0 || i == 99,
+            sges: vec![net.a.src.sg(u64::from(i) * 100, 100)],
+            ..Default::default()
+        };
+        net.a.h.post_send(&mut net.a.qp, &wr);
+    }
+    net.a.h.ring_sq(&net.a.qp);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        rc.len() == 100 && sc.len() == 34
+    }));
+    let idx: Vec<u32> = sc.iter().map(|c| c.wqe_idx()).collect();
+    assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
+    assert_eq!(net.b.h.read(net.b.dst.gpa, 10_000), data);
+}
+
+/// Polls `cq` on the wall clock until `n` CQEs arrived (the engine threads do the work).
+fn wait_cqes(h: &Host, cq: &mut CqH, n: usize) -> Vec<Cqe> {
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "timed out waiting for {n} CQEs: {out:?}"
+        );
+        out.extend(h.poll_cq(cq));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    out
+}
+
+/// The process as `main` builds it: two NICs with engine threads on a real hub (switch
+/// thread, a LAN socket, pcap), the real clock. RC traffic between the NICs goes engine to
+/// engine through the switch; a plain LAN station exchanges UD RoCE frames with NIC A.
+#[test]
+fn nics_and_a_lan_station_on_a_running_fabric() {
+    use crate::fabric::hub::Faults;
+    use crate::fabric::stream::{encode, Decoder};
+    use crate::wire::{bth::Bth, eth::EthHeader, ext::Deth, ipv4::Ipv4Header};
+    use crate::wire::{ExtHeaders, Headers, IpHeader};
+    use std::io::{Read, Write};
+
+    let Running {
+        dir,
+        lan,
+        cap,
+        hub,
+        mut a,
+        mut b,
+        engines,
+    } = Running::start("lan", Faults::default());
+    let p = Path {
+        mtu: 3,
+        timeout: 14,
+        ..Path::default()
+    };
+    a.connect(2, p, 100, 200);
+    b.connect(1, p, 200, 100);
+
+    // SEND, WRITE and READ between the NICs.
+    let data = pattern(1 << 20, 77);
+    a.h.write(a.src.gpa, &data);
+    let sg = b.dst.sg(0, 100_000);
+    b.h.post_recv(&mut b.qp, &[sg]);
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![a.src.sg(0, 100_000)],
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &send);
+    let c = wait_cqes(&b.h, &mut b.rcq, 1);
+    assert_eq!((c[0].error(), c[0].len()), (None, 100_000));
+    assert_eq!(b.h.read(b.dst.gpa, 100_000), data[..100_000]);
+    let write = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![a.src.sg(0, 1 << 20)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &write);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![a.dst.sg(0, 1 << 20)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &read);
+    let c = wait_cqes(&a.h, &mut a.scq, 3);
+    assert!(c.iter().all(|c| c.error().is_none()), "{c:?}");
+    assert_eq!(b.h.read(b.dst.gpa, 1 << 20), data);
+    assert_eq!(a.h.read(a.dst.gpa, 1 << 20), data);
+
+    // A LAN station (say a VM with rxe) sends a UD RoCE frame to NIC A's UD QP...
+    let station = [0x52, 0x54, 0, 0, 0, 0x77];
+    let mut conn = std::os::unix::net::UnixStream::connect(&lan).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let sg = a.dst.sg(0, 40 + 16);
+    a.h.post_recv(&mut a.ud, &[sg]);
+    let h = Headers {
+        eth: EthHeader {
+            dst: mac(1),
+            src: station,
+            vlan: None,
+        },
+        ip: IpHeader::V4(Ipv4Header {
+            src: [10, 0, 0, 77],
+            dst: [10, 0, 0, 1],
+            traffic_class: 0,
+            ttl: 64,
+            identification: 1,
+        }),
+        udp_src_port: 0xc077,
+        bth: Bth {
+            opcode: crate::wire::opcode::UD_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: UDQPN,
+            ack_req: false,
+            psn: 1,
+        },
+        ext: ExtHeaders {
+            deth: Some(Deth {
+                qkey: QKEY,
+                src_qp: 9,
+            }),
+            ..Default::default()
+        },
+    };
+    let frame = crate::wire::build(&h, b"hello from rxe!!").unwrap();
+    let mut out = Vec::new();
+    encode(&frame, &mut out).unwrap();
+    conn.write_all(&out).unwrap();
+    let c = wait_cqes(&a.h, &mut a.rcq, 1);
+    assert_eq!((c[0].error(), c[0].len()), (None, 56));
+    assert_eq!(a.h.read(a.dst.gpa + 40, 16), b"hello from rxe!!");
+    assert_eq!(a.h.read(a.dst.gpa + 32, 4), [10, 0, 0, 77]);
+
+    // ...and NIC A answers it (the station's MAC was learned on the LAN port).
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 6,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 77],
+            dmac: station,
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(a.h.admin(ah.encode()), admin_status::OK);
+    a.h.write(a.src.gpa, b"hello from NIC A");
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![a.src.sg(0, 16)],
+        hdr_low: 6,
+        qw2: (9u64 << 32) | u64::from(QKEY),
+        ..Default::default()
+    };
+    a.h.send(&mut a.ud, &wr);
+    let mut dec = Decoder::new();
+    let mut got = None;
+    let mut buf = [0u8; 4096];
+    while got.is_none() {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0);
+        dec.feed(&buf[..n], |f| {
+            if let Ok(p) = crate::wire::parse(f) {
+                if p.headers.bth.dest_qp == 9 {
+                    got = Some(p.payload.to_vec());
+                }
+            }
+        })
+        .unwrap();
+    }
+    assert_eq!(got.as_deref(), Some(&b"hello from NIC A"[..]));
+    drop(engines);
+
+    // Everything the switch forwarded is in the capture (the file the hub wrote) and
+    // parses, ICRC included, here and in tshark.
+    let file = std::fs::read(&cap).unwrap();
+    let frames = pcap_frames(&file);
+    tshark_check(&file, frames.len());
+    assert!(
+        frames.len() > 2 * (1 << 20) / 1024,
+        "{} frames",
+        frames.len()
+    );
+    for f in &frames {
+        crate::wire::parse(f).unwrap();
+    }
+    drop(hub);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ipv6_with_vlan_under_loss() {
+    let p = Path {
+        mtu: 4,
+        ..Path::default()
+    };
+    let mut net = Net::build(1 << 20, p, true);
+    net.faults(lossy(), 6);
+    net.pcap = Some(PcapWriter::new(Vec::new()).unwrap());
+    let mut seed = 3u8;
+    for len in [7u64, 2048, 300_000] {
+        for op in ALL_OPS {
+            seed = seed.wrapping_add(5);
+            transfer(&mut net, op, len, seed);
+        }
+    }
+    let cap = net.pcap.take().unwrap().into_inner();
+    let frames = pcap_frames(&cap);
+    for f in &frames {
+        let p = crate::wire::parse(f).unwrap();
+        assert!(matches!(p.headers.ip, crate::wire::IpHeader::V6(_)));
+        assert_eq!(p.headers.eth.vlan.map(|v| (v.vid, v.pcp)), Some((5, 3)));
+    }
+    tshark_check(&cap, frames.len());
+}
+
+/// SplitMix64 for the hostile-frame test (the sequence depends only on the seed).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Frames with valid checksums and ICRC but hostile contents (any opcode, PSN, QPN, RETH,
+/// AETH, length), plus raw byte damage, sent to both NICs in the middle of real traffic:
+/// no panic, no write outside guest RAM, and the engines keep working for a fresh pair of
+/// QPs afterwards.
+#[test]
+fn hostile_frames_do_not_break_the_engines() {
+    use crate::wire::aeth::{Aeth, NakCode, Syndrome};
+    use crate::wire::ext::Reth;
+    let mut net = Net::new(1 << 20, Path::default());
+    net.pcap = Some(PcapWriter::new(Vec::new()).unwrap());
+    for (i, op) in ALL_OPS.iter().enumerate() {
+        transfer(&mut net, *op, 5000, i as u8);
+    }
+    let cap = net.pcap.take().unwrap().into_inner();
+    let frames = pcap_frames(&cap);
+    let mut rng = Rng(0xfe10);
+    let opcodes: Vec<u8> = (0u8..=0x17).chain([0x64, 0x65, 0x81, 0x20, 0x24]).collect();
+    let mut delivered = 0u32;
+    for round in 0..20_000u32 {
+        let base = &frames[rng.below(frames.len() as u64) as usize];
+        let Ok(p) = crate::wire::parse(base) else {
+            continue;
+        };
+        let mut h = p.headers;
+        let mut payload = p.payload.to_vec();
+        match rng.below(8) {
+            0 => h.bth.psn = rng.below(1 << 24) as u32,
+            1 => h.bth.dest_qp = rng.below(8) as u32,
+            2 => h.bth.opcode = opcodes[rng.below(opcodes.len() as u64) as usize],
+            3 => payload.resize(rng.below(5000) as usize, 0xee),
+            4 => {
+                h.ext.reth = Some(Reth {
+                    va: rng.next(),
+                    rkey: rng.next() as u32,
+                    dma_len: rng.next() as u32,
+                })
+            }
+            5 => {
+                let syndrome = match rng.below(3) {
+                    0 => Syndrome::Ack { credits: 0x1f },
+                    1 => Syndrome::RnrNak {
+                        timer: rng.below(32) as u8,
+                    },
+                    _ => Syndrome::Nak(NakCode::PsnSequenceError),
+                };
+                h.ext.aeth = Some(Aeth {
+                    syndrome,
+                    msn: rng.below(1 << 24) as u32,
+                });
+            }
+            6 => h.bth.psn = h.bth.psn.wrapping_add(rng.below(5) as u32) & 0xff_ffff,
+            _ => {}
+        }
+        // Make the extension headers fit the opcode (or not, sometimes) and rebuild.
+        if let Some(info) = crate::wire::opcode::info(h.bth.opcode) {
+            if rng.below(4) != 0 {
+                let r = h.ext.reth.unwrap_or(Reth {
+                    va: net.b.dst.va,
+                    rkey: net.b.dst.stag,
+                    dma_len: payload.len() as u32,
+                });
+                h.ext.reth = info.reth.then_some(r);
+                h.ext.aeth = info.aeth.then_some(h.ext.aeth.unwrap_or(Aeth {
+                    syndrome: Syndrome::Ack { credits: 0x1f },
+                    msn: 0,
+                }));
+                h.ext.deth = info.deth.then_some(crate::wire::ext::Deth {
+                    qkey: QKEY,
+                    src_qp: 1,
+                });
+                h.ext.immdt = info.immdt.then_some(7);
+                // An STag with no MR (a real one would be invalidated for good and the
+                // final check would fail for that reason alone).
+                h.ext.ieth = info.ieth.then_some(0x7733);
+                if !info.payload {
+                    payload.clear();
+                }
+            }
+        }
+        let Ok(mut f) = crate::wire::build(&h, &payload) else {
+            continue;
+        };
+        if round % 10 == 0 {
+            // Raw damage: the parser must refuse it cleanly.
+            let at = rng.below(f.len() as u64) as usize;
+            f[at] ^= 1 << rng.below(8);
+            if round % 20 == 0 {
+                f.truncate(rng.below(f.len() as u64) as usize);
+            }
+        }
+        if round % 300 == 0 {
+            reconnect(&mut net, h.bth.psn);
+        }
+        if round % 30 == 0 {
+            // Real traffic to interfere with: a receive, a SEND and a READ in flight.
+            let sg = net.b.dst.sg(0, 6000);
+            net.b.h.post_recv(&mut net.b.qp, &[sg]);
+            for opcode in [sq_op::SEND, sq_op::RDMA_READ] {
+                let wr = Wr {
+                    opcode,
+                    signaled: true,
+                    sges: vec![net.a.dst.sg(0, 5000)],
+                    hdr_low: net.b.src.stag,
+                    qw2: net.b.src.va,
+                    ..Default::default()
+                };
+                net.a.h.send(&mut net.a.qp, &wr);
+            }
+        }
+        net.a.h.dev().rx_frame(&f);
+        net.b.h.dev().rx_frame(&f);
+        delivered += 1;
+        if round % 100 == 0 {
+            let now = net.now();
+            net.clock.store(now + 5_000, Ordering::Relaxed);
+            net.a.h.dev().tick();
+            net.b.h.dev().tick();
+        }
+        // Whatever the engines answer goes to the other side (bounded by the outbox).
+        let fa = net.a.h.dev().take_tx();
+        let fb = net.b.h.dev().take_tx();
+        assert!(fa.len() <= MAX_OUTBOX && fb.len() <= MAX_OUTBOX);
+        for f in fb.iter().take(16) {
+            net.a.h.dev().rx_frame(f);
+        }
+        for f in fa.iter().take(16) {
+            net.b.h.dev().rx_frame(f);
+        }
+        // Keep the CQs drained so they do not stop.
+        net.a.h.poll_cq(&mut net.a.scq);
+        net.a.h.poll_cq(&mut net.a.rcq);
+        net.b.h.poll_cq(&mut net.b.scq);
+        net.b.h.poll_cq(&mut net.b.rcq);
+    }
+    assert!(net.a.h.guards_intact() && net.b.h.guards_intact());
+    let (sa, sb) = (net.a.h.stats(), net.b.h.stats());
+    eprintln!("hostile frames: {delivered} delivered; A {sa:?}; B {sb:?}");
+    assert!(delivered > 15_000 && sa.rx_drops > 1000 && sb.rx_drops > 1000);
+    assert!(sa.rx_packets > 100 && sb.rx_packets > 100 && sa.aeqes > 5 && sb.aeqes > 5);
+    // The engines still work after all that.
+    reconnect(&mut net, 0x500);
+    transfer(&mut net, Op::Send, 10_000, 1);
+    transfer(&mut net, Op::Read, 10_000, 2);
+}
+
+/// Both RC QPs back to RESET (rings cleared, as a fresh QP) and connected again with `psn`.
+fn reconnect(net: &mut Net, psn: u32) {
+    let reset = QpAttrs {
+        state: qp_state::RESET,
+        ..Default::default()
+    };
+    for (n, peer) in [(&mut net.a, 2u8), (&mut net.b, 1u8)] {
+        assert_eq!(n.h.modify(QPN, qp_attr::STATE, reset), 0);
+        n.h.poll_cq(&mut n.scq);
+        n.h.poll_cq(&mut n.rcq);
+        n.qp.sq_head = 0;
+        n.qp.sq_pol = true;
+        n.qp.rq_head = 0;
+        n.qp.rq_pol = true;
+        for pg in n.qp.sq_pages.iter().chain(&n.qp.rq_pages) {
+            n.h.write(*pg, &[0u8; 4096]);
+        }
+        n.connect(peer, Path::default(), psn, psn);
+    }
+}
+
+/// A lost READ response is asked for again at once (not after the ACK timeout), and a SEND
+/// acknowledged while that READ was incomplete completes right after the READ.
+#[test]
+fn lost_read_response_recovers_without_waiting_for_the_timer() {
+    let p = Path {
+        timeout: 20, // 4.3 s: any wait for it would show.
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let mut dropped = false;
+    net.drop_to_a = Some(Box::new(move |f| {
+        let Ok(p) = crate::wire::parse(f) else {
+            return false;
+        };
+        let hit = !dropped && p.headers.bth.opcode == crate::wire::opcode::RC_READ_RESPONSE_MIDDLE;
+        dropped |= hit;
+        hit
+    }));
+    let data = pattern(100_000, 4);
+    net.b.h.write(net.b.src.gpa, &data);
+    let sg = net.b.dst.sg(0, 100);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 100_000)],
+        hdr_low: net.b.src.stag,
+        qw2: net.b.src.va,
+        ..Default::default()
+    };
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 100)],
+        ..Default::default()
+    };
+    let t0 = net.now();
+    net.a.h.post_send(&mut net.a.qp, &read);
+    net.a.h.post_send(&mut net.a.qp, &send);
+    net.a.h.ring_sq(&net.a.qp);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        sc.len() == 2
+    }));
+    assert!(sc.iter().all(|c| c.error().is_none()), "{sc:?}");
+    assert_eq!(net.a.h.read(net.a.dst.gpa, 100_000), data);
+    let took = net.now() - t0;
+    assert!(took < 100_000, "took {took} us of device time");
+}
+
+/// Two NICs with engine threads on a running hub (with one LAN socket and a pcap file).
+struct Running {
+    dir: std::path::PathBuf,
+    lan: std::path::PathBuf,
+    cap: std::path::PathBuf,
+    hub: crate::fabric::hub::Hub,
+    a: Nic,
+    b: Nic,
+    engines: (crate::shared::EngineThread, crate::shared::EngineThread),
+}
+
+impl Running {
+    fn start(tag: &str, faults: crate::fabric::hub::Faults) -> Self {
+        use crate::device::TxSink;
+        use crate::fabric::hub::{Hub, NicAttachment, ENGINE_QUEUE};
+        use crate::shared::spawn_engine;
+        use std::sync::mpsc::sync_channel;
+        let dir = std::env::temp_dir().join(format!("ferrdma-wire-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (lan, cap) = (dir.join("lan.sock"), dir.join("cap.pcap"));
+        let (txa, rxa) = sync_channel(ENGINE_QUEUE);
+        let (txb, rxb) = sync_channel(ENGINE_QUEUE);
+        let nics = vec![
+            NicAttachment {
+                mac: mac(1),
+                inbound: txa,
+            },
+            NicAttachment {
+                mac: mac(2),
+                inbound: txb,
+            },
+        ];
+        let hub = Hub::start(std::slice::from_ref(&lan), Some(&cap), nics, faults).unwrap();
+        let start = std::time::Instant::now();
+        let a = Nic::with_clock(1, Clock::Real(start), 4 << 20);
+        let b = Nic::with_clock(2, Clock::Real(start), 4 << 20);
+        for (n, port) in [&a, &b].into_iter().zip(hub.engine_ports.iter().cloned()) {
+            n.h.dev().set_sink(TxSink(Box::new(move |f| port.send(f))));
+        }
+        let ea = spawn_engine("a", a.h.shared.clone(), Some(rxa)).unwrap();
+        let eb = spawn_engine("b", b.h.shared.clone(), Some(rxb)).unwrap();
+        Running {
+            dir,
+            lan,
+            cap,
+            hub,
+            a,
+            b,
+            engines: (ea, eb),
+        }
+    }
+}
+
+/// `--nic-fault` on both engines of a running hub: 1% loss, duplication, reordering and
+/// delay on the real clock; 4 MiB WRITE and READ still arrive intact.
+#[test]
+fn running_fabric_with_faults_on_the_engine_ports() {
+    use crate::fabric::hub::Faults;
+    let cfg = lossy();
+    let faults = Faults {
+        per_nic: [(0, cfg), (1, cfg)].into_iter().collect(),
+        seed: 11,
+        ..Faults::default()
+    };
+    let Running {
+        dir,
+        cap,
+        hub,
+        mut a,
+        mut b,
+        engines,
+        ..
+    } = Running::start("nicfault", faults);
+    let p = Path {
+        mtu: 5,
+        timeout: 12, // 16.8 ms
+        ..Path::default()
+    };
+    a.connect(2, p, 7, 9);
+    b.connect(1, p, 9, 7);
+    let len = 4u32 << 20;
+    let data = pattern(len as usize, 12);
+    a.h.write(a.src.gpa, &data);
+    let write = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![a.src.sg(0, len)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &write);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![a.dst.sg(0, len)],
+        hdr_low: b.dst.stag,
+        qw2: b.dst.va,
+        ..Default::default()
+    };
+    a.h.send(&mut a.qp, &read);
+    let c = wait_cqes(&a.h, &mut a.scq, 2);
+    assert!(c.iter().all(|c| c.error().is_none()), "{c:?}");
+    assert!(b.h.read(b.dst.gpa, len as usize) == data);
+    assert!(a.h.read(a.dst.gpa, len as usize) == data);
+    drop(engines);
+    // Recovery shows in the capture (taken before the faults): resent packets.
+    let frames = pcap_frames(&std::fs::read(&cap).unwrap()).len();
+    eprintln!("{frames} frames for 2 x 1024 data packets");
+    assert!(
+        frames > 2 * 1024 + 200,
+        "{frames} frames: no retransmission?"
+    );
+    drop(hub);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GSI (QP1) traffic, as the kernel CM sends it: QP1 to QP1 with the well-known Q_Key over
+/// IPv4, the receiver seeing the sender's IPv4 header and QP number.
+#[test]
+fn gsi_qp1_to_qp1_over_the_wire() {
+    const QP1_QKEY: u32 = 0x8001_0000;
+    let mut net = Net::new(1 << 20, Path::default());
+    let mut gsi = Vec::new();
+    for n in [&mut net.a, &mut net.b] {
+        let q = n.h.create_qp(1, QP_TYPE_GSI, 1, 1, 2, 64, 16, 2);
+        n.h.ud_to_rts(1, QP1_QKEY);
+        gsi.push(q);
+    }
+    let mut gb = gsi.pop().unwrap();
+    let mut ga = gsi.pop().unwrap();
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 1,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: gid(2),
+            dmac: mac(2),
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    let mad = pattern(256, 0x6d);
+    net.a.h.write(net.a.src.gpa, &mad);
+    let sg = net.b.dst.sg(0, 40 + 256);
+    net.b.h.post_recv(&mut gb, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 256)],
+        hdr_low: 1,
+        qw2: (1u64 << 32) | u64::from(QP1_QKEY),
+        ..Default::default()
+    };
+    net.a.h.send(&mut ga, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    assert_eq!((rc[0].error(), rc[0].len()), (None, 296));
+    assert_eq!(rc[0].qp_id(), 1);
+    assert_eq!(rc[0].qw[2] as u32 & 0xff_ffff, 1, "source QP 1");
+    let got = net.b.h.read(net.b.dst.gpa, 296);
+    assert_eq!(got[32..40], [10, 0, 0, 1, 10, 0, 0, 2]);
+    assert_eq!(got[40..], mad[..]);
+}
+
+/// Several QP pairs at once, each running a random sequence of operations of random sizes
+/// and MTUs, over a link with 5% loss plus duplication, reordering and delay: every
+/// operation completes in order with the right data, and the QPs never disturb each other.
+#[test]
+fn several_qps_with_random_traffic_under_heavy_loss() {
+    let heavy =
+        FaultConfig::parse("drop=0.05,dup=0.03,reorder=0.03,delay=0.03,delay-ms=3").unwrap();
+    let mut net = Net::new(4 << 20, Path::default());
+    net.faults(heavy, 99);
+    const PAIRS: u32 = 4;
+    const SLICE: u64 = 1 << 20;
+    let mut qps: Vec<(QpH, QpH)> = Vec::new();
+    let mut rng = Rng(7);
+    for k in 0..PAIRS {
+        let id = 10 + k;
+        let qa = net.a.h.create_qp(id, QP_TYPE_RC, 1, 1, 2, 256, 32, 2);
+        let qb = net.b.h.create_qp(id, QP_TYPE_RC, 1, 1, 2, 256, 32, 2);
+        let p = Path {
+            mtu: 1 + rng.below(5) as u8,
+            ..Path::default()
+        };
+        let (sa, sb) = (rng.below(1 << 24) as u32, rng.below(1 << 24) as u32);
+        net.a.connect_qp(id, id, 2, p, sa, sb);
+        net.b.connect_qp(id, id, 1, p, sb, sa);
+        qps.push((qa, qb));
+    }
+    for round in 0..12u32 {
+        let mut expect = Vec::new();
+        for (k, (qa, qb)) in qps.iter_mut().enumerate() {
+            let op = ALL_OPS[rng.below(5) as usize];
+            let max = if rng.below(4) == 0 { SLICE } else { 5000 };
+            let len = 1 + rng.below(max) as u32;
+            let off = k as u64 * SLICE;
+            let seed = (round * 16 + k as u32) as u8;
+            let data = pattern(len as usize, seed);
+            let (from, to) = if op == Op::Read {
+                (&net.b, &net.a)
+            } else {
+                (&net.a, &net.b)
+            };
+            from.h.write(from.src.gpa + off, &data);
+            to.h.write(to.dst.gpa + off, &vec![0u8; len as usize]);
+            let recv = matches!(op, Op::Send | Op::SendImm | Op::WriteImm);
+            if recv {
+                let sg = net.b.dst.sg(off, len);
+                net.b.h.post_recv(qb, &[sg]);
+            }
+            let imm = matches!(op, Op::SendImm | Op::WriteImm).then_some(round);
+            let wr = match op {
+                Op::Send | Op::SendImm => Wr {
+                    opcode: sq_op::SEND,
+                    sges: vec![net.a.src.sg(off, len)],
+                    imm,
+                    ..Default::default()
+                },
+                Op::Write | Op::WriteImm => Wr {
+                    opcode: sq_op::RDMA_WRITE,
+                    sges: vec![net.a.src.sg(off, len)],
+                    imm,
+                    hdr_low: net.b.dst.stag,
+                    qw2: net.b.dst.va + off,
+                    ..Default::default()
+                },
+                Op::Read => Wr {
+                    opcode: sq_op::RDMA_READ,
+                    sges: vec![net.a.dst.sg(off, len)],
+                    hdr_low: net.b.src.stag,
+                    qw2: net.b.src.va + off,
+                    ..Default::default()
+                },
+            };
+            net.a.h.send(
+                qa,
+                &Wr {
+                    signaled: true,
+                    ..wr
+                },
+            );
+            expect.push((op, off, data, recv));
+        }
+        let want_recv = expect.iter().filter(|e| e.3).count();
+        let (mut sc, mut rc) = (Vec::new(), Vec::new());
+        assert!(
+            net.run(|n| {
+                sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+                rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+                sc.len() == PAIRS as usize && rc.len() == want_recv
+            }),
+            "round {round}: {sc:?} {rc:?}"
+        );
+        assert!(
+            sc.iter().chain(&rc).all(|c| c.error().is_none()),
+            "round {round}: {sc:?} {rc:?}"
+        );
+        for (op, off, data, _) in expect {
+            let (nic, dst) = if op == Op::Read {
+                (&net.a, net.a.dst)
+            } else {
+                (&net.b, net.b.dst)
+            };
+            assert!(
+                nic.h.read(dst.gpa + off, data.len()) == data,
+                "round {round} {op:?} at {off:#x}"
+            );
+        }
+    }
+    let c = net.to_b.as_ref().unwrap().counters();
+    assert!(c.dropped > 50, "{c:?}");
+}
+
+/// Counters: every frame is a transmitted packet; a delivered message counts once with its
+/// length.
+#[test]
+fn counters_count_packets_and_messages() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let (a0, b0) = (net.a.h.stats(), net.b.h.stats());
+    transfer(&mut net, Op::Write, 5000, 1);
+    transfer(&mut net, Op::WriteImm, 5000, 2);
+    transfer(&mut net, Op::Send, 5000, 3);
+    let (a1, b1) = (net.a.h.stats(), net.b.h.stats());
+    // 1024-byte MTU: 5 packets per message; one ACK each.
+    assert_eq!(a1.tx_packets - a0.tx_packets, 15);
+    assert_eq!(b1.tx_packets - b0.tx_packets, 3);
+    assert_eq!(a1.tx_bytes - a0.tx_bytes, 15_000);
+    assert_eq!(b1.rx_packets - b0.rx_packets, 3);
+    assert_eq!(b1.rx_bytes - b0.rx_bytes, 15_000);
+    assert_eq!(net.frames, 18);
+}
+
+/// A receive whose buffer the responder may not write: the requester gets REM_OP, the
+/// responder a protection error on its receive and QP_LOCAL_ACCESS.
+#[test]
+fn receive_buffer_fault_is_a_remote_operational_error() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let bad = Sg {
+        addr: net.b.dst.va,
+        len: 4000,
+        lkey: net.b.dst.stag ^ 0x80,
+    };
+    net.b.h.post_recv(&mut net.b.qp, &[bad]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 3000)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_OP)));
+    assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_LOCAL_ACCESS));
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_REMOTE_ERROR));
+}
+
+/// A SEND MIDDLE with no message in progress, at the expected PSN: NAK invalid request,
+/// QP_INVALID_REQUEST, ERR. A packet ahead of the expected PSN gets one sequence NAK.
+#[test]
+fn out_of_sequence_requests_get_naks() {
+    use crate::wire::aeth::{NakCode, Syndrome};
+    let mut net = Net::new(1 << 20, Path::default());
+    let epsn = net.b.h.query_qp(QPN).attrs.rq_psn;
+    // A real packet from A to B, as a template.
+    let sg = net.b.dst.sg(0, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let template = net.a.h.dev().take_tx().remove(0);
+    let mut h = crate::wire::parse(&template).unwrap().headers;
+    let nak_of = |frames: Vec<Vec<u8>>| {
+        frames
+            .iter()
+            .filter_map(|f| crate::wire::parse(f).ok())
+            .filter_map(|p| p.headers.ext.aeth.map(|a| (p.headers.bth.psn, a.syndrome)))
+            .collect::<Vec<_>>()
+    };
+    // Ahead of the expected PSN (twice): one PSN sequence error NAK naming the expected one.
+    for k in [3, 4] {
+        h.bth.psn = (epsn + k) & 0xff_ffff;
+        let f = crate::wire::build(&h, &[1; 64]).unwrap();
+        net.b.h.dev().rx_frame(&f);
+    }
+    assert_eq!(
+        nak_of(net.b.h.dev().take_tx()),
+        [(epsn, Syndrome::Nak(NakCode::PsnSequenceError))]
+    );
+    // MIDDLE without FIRST at the expected PSN.
+    h.bth.psn = epsn;
+    h.bth.opcode = crate::wire::opcode::RC_SEND_MIDDLE;
+    let f = crate::wire::build(&h, &[2; 1024]).unwrap();
+    net.b.h.dev().rx_frame(&f);
+    assert_eq!(
+        nak_of(net.b.h.dev().take_tx()),
+        [(epsn, Syndrome::Nak(NakCode::InvalidRequest))]
+    );
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_INVALID_REQUEST));
+    assert_eq!(net.b.h.query_qp(QPN).attrs.state, qp_state::ERR);
+}
+
+/// Duplicates: a SEND seen again is re-acknowledged (not delivered twice); a READ request
+/// seen again is answered again.
+#[test]
+fn duplicates_are_reacknowledged_and_reads_reexecuted() {
+    use crate::wire::aeth::Syndrome;
+    use crate::wire::opcode as op;
+    let mut net = Net::new(1 << 20, Path::default());
+    let sg = net.b.dst.sg(0, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let send = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &send);
+    let send_frame = net.a.h.dev().take_tx().remove(0);
+    let read = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 3000)],
+        hdr_low: net.b.src.stag,
+        qw2: net.b.src.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &read);
+    let read_frame = net.a.h.dev().take_tx().remove(0);
+    let out = |net: &mut Net, f: &[u8]| {
+        net.b.h.dev().rx_frame(f);
+        net.b
+            .h
+            .dev()
+            .take_tx()
+            .iter()
+            .map(|f| {
+                let p = crate::wire::parse(f).unwrap();
+                (
+                    p.headers.bth.opcode,
+                    p.headers.bth.psn,
+                    p.headers.ext.aeth.map(|a| a.syndrome),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let psn = crate::wire::parse(&send_frame).unwrap().headers.bth.psn;
+    let ack = Some(Syndrome::Ack { credits: 0x1f });
+    assert_eq!(out(&mut net, &send_frame), [(op::RC_ACK, psn, ack)]);
+    assert_eq!(
+        out(&mut net, &send_frame),
+        [(op::RC_ACK, psn, ack)],
+        "re-ACK"
+    );
+    assert_eq!(net.b.h.poll_cq(&mut net.b.rcq).len(), 1, "delivered once");
+    let first = (psn + 1) & 0xff_ffff;
+    let responses = [
+        (op::RC_READ_RESPONSE_FIRST, first, ack),
+        (op::RC_READ_RESPONSE_MIDDLE, first + 1, None),
+        (op::RC_READ_RESPONSE_LAST, first + 2, ack),
+    ];
+    assert_eq!(out(&mut net, &read_frame), responses);
+    assert_eq!(out(&mut net, &read_frame), responses, "READ executed again");
+    assert_eq!(net.b.h.query_qp(QPN).attrs.rq_psn, (first + 3) & 0xff_ffff);
+}
