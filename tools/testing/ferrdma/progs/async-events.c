@@ -61,7 +61,9 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	enum ibv_event_type expected[MAX_EXPECTED];
-	char *events_arg = "port-err,port-active", *tok, *save;
+	char default_events[] = "port-err,port-active";
+	char *events_arg = default_events, *tok, *save;
+	const char *dev_name;
 	unsigned int nexpected = 0, seen = 0;
 	unsigned long seconds = 30;
 	struct ibv_context *ctx;
@@ -70,6 +72,12 @@ int main(int argc, char **argv)
 	int opt, status;
 
 	tp_prog = "async-events";
+	if (argc < 2 || argv[1][0] == '-')
+		usage();
+	/* DEVICE first; the options after it; everything after "--" is the command. */
+	dev_name = argv[1];
+	argc--;
+	argv++;
 	while ((opt = getopt(argc, argv, "+e:t:h")) != -1) {
 		switch (opt) {
 		case 'e':
@@ -82,8 +90,8 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (optind >= argc)
-		usage();
+	if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
+		usage();	/* a stray argument that is not after "--" */
 	for (tok = strtok_r(events_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (nexpected == MAX_EXPECTED)
 			tp_die("at most %d events", MAX_EXPECTED);
@@ -92,16 +100,15 @@ int main(int argc, char **argv)
 	if (!nexpected)
 		usage();
 
-	ctx = tp_open_context(argv[optind]);
+	ctx = tp_open_context(dev_name);
 	tp_set_nonblock(ctx->async_fd);
-	tp_note("ready: waiting %lu s for %u event(s) on %s", seconds, nexpected, argv[optind]);
+	tp_note("ready: waiting %lu s for %u event(s) on %s", seconds, nexpected, dev_name);
 	deadline = tp_now() + seconds;
-	if (optind + 1 < argc) {
-		int ret = posix_spawnp(&child, argv[optind + 1], NULL, NULL, &argv[optind + 1],
-				       environ);
+	if (optind < argc) {
+		int ret = posix_spawnp(&child, argv[optind], NULL, NULL, &argv[optind], environ);
 
 		if (ret)
-			tp_die("cannot run %s: %s", argv[optind + 1], strerror(ret));
+			tp_die("cannot run %s: %s", argv[optind], strerror(ret));
 	}
 
 	while (seen < nexpected) {
@@ -137,10 +144,10 @@ int main(int argc, char **argv)
 		if (waitpid(child, &status, 0) < 0)
 			tp_die("waitpid: %s", strerror(errno));
 		if (!WIFEXITED(status) || WEXITSTATUS(status))
-			tp_die("%s failed (status %#x)", argv[optind + 1], status);
+			tp_die("%s failed (status %#x)", argv[optind], status);
 	}
 	if (ibv_close_device(ctx))
 		tp_die("ibv_close_device failed");
-	printf("async-events: PASS: %u event(s) in order on %s\n", nexpected, argv[optind]);
+	printf("async-events: PASS: %u event(s) in order on %s\n", nexpected, dev_name);
 	return 0;
 }
