@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Completion- and asynchronous-event tests (tests/events-*.sh), the same on every RoCE device.
+# A test is a one-line wrapper:
+#     . "$FERRDMA_HARNESS/guest/events.sh"; events_main KIND TEST [PROGRAM ARGS...]
+# KIND picks the device (rdma_dev_up): "rxe" is soft RoCE on eth0 (rdma_rxe and the UDP
+# tunnel modules from the booted kernel's build tree). TEST is one of the verbs test programs
+# (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
+# twice: a channel per thread, then one channel shared by all threads) or "async"
+# (async-events, while eth0 goes down and up). Around the run: kmemleak cleared, no verbs
+# object of the test left behind, device and modules removed, kmemleak clean.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+
+EVENTS_DEV=
+EVENTS_KIND=
+RXE_MODULES=(net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/sw/rxe/rdma_rxe.ko)
+
+# wait_rocev2_gid DEVICE [SECONDS]: waits (default 30 s) until port 1 of DEVICE has a RoCE v2
+# GID holding an IPv4-mapped address (ib_core adds it some time after the device appears).
+wait_rocev2_gid() {
+	local dev=$1 secs=${2:-30} port=/sys/class/infiniband/$1/ports/1 i idx type gid
+	for ((i = 0; i < secs * 5; i++)); do
+		for ((idx = 0; idx < 64; idx++)); do
+			# Builtin reads: an empty entry's type file fails to read (EINVAL).
+			read -r type < "$port/gid_attrs/types/$idx" 2>/dev/null || continue
+			[ "$type" = "RoCE v2" ] || continue
+			read -r gid < "$port/gids/$idx" || continue
+			if [[ $gid == 0000:0000:0000:0000:0000:ffff:* ]]; then
+				note "$dev: RoCE v2 GID $idx is $gid"
+				return 0
+			fi
+		done
+		sleep 0.2
+	done
+	ls -l "$port/gid_attrs/types/" | head -10 >&2 || true
+	fail "$dev has no RoCE v2 IPv4-mapped GID after ${secs}s"
+}
+
+# rdma_dev_up KIND: brings up the device of KIND and sets EVENTS_DEV to its name.
+rdma_dev_up() {
+	EVENTS_KIND=$1
+	case $1 in
+	rxe)
+		load_kmods "${RXE_MODULES[@]}"
+		rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 failed"
+		EVENTS_DEV=rxe0
+		;;
+	*)
+		fail "rdma_dev_up: unknown device kind $1"
+		;;
+	esac
+	wait_rocev2_gid "$EVENTS_DEV"
+	note "$EVENTS_DEV up: $(rdma link show "$EVENTS_DEV/1")"
+}
+
+# rdma_dev_down: removes what rdma_dev_up set up.
+rdma_dev_down() {
+	case $EVENTS_KIND in
+	rxe)
+		rdma link delete "$EVENTS_DEV" || fail "rdma link delete $EVENTS_DEV failed"
+		rmmod rdma_rxe ip6_udp_tunnel udp_tunnel || fail "rmmod of rdma_rxe and the UDP tunnel modules failed"
+		[ ! -d /sys/module/rdma_rxe ] || fail "rdma_rxe is still loaded after rmmod"
+		;;
+	esac
+}
+
+# events_main KIND TEST [ARGS...]: the whole test (see the top of this file); ARGS go to the
+# test program (e.g. --sabotage, to see it fail).
+events_main() {
+	local kind=$1 test=$2 progs before after
+	shift 2
+	progs=$(test_progs_dir)
+	kmemleak_clear
+	rdma_dev_up "$kind"
+	# The kernel's own objects (rxe: the GSI QP's PD, CQ and QP) are there before and after.
+	before=$(rdma res show "$EVENTS_DEV")
+	case $test in
+	solicited)
+		"$progs/solicited-events" "$EVENTS_DEV" "$@" || fail "solicited-events on $EVENTS_DEV failed"
+		;;
+	stress)
+		"$progs/event-stress" "$EVENTS_DEV" "$@" || fail "event-stress on $EVENTS_DEV failed"
+		"$progs/event-stress" "$EVENTS_DEV" --shared "$@" ||
+			fail "event-stress --shared on $EVENTS_DEV failed"
+		;;
+	async)
+		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \
+			bash -c 'sleep 1; ip link set eth0 down; sleep 2; ip link set eth0 up' ||
+			fail "async-events on $EVENTS_DEV failed"
+		;;
+	*)
+		fail "events_main: unknown test $test"
+		;;
+	esac
+	after=$(rdma res show "$EVENTS_DEV")
+	note "rdma res: $after"
+	[ "$after" = "$before" ] || fail "verbs objects left behind: before the test: $before; after: $after"
+	rdma_dev_down
+	kmemleak_check "$test events on $kind"
+	note "$test events on $kind: passed"
+}
