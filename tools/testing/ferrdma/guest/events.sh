@@ -32,7 +32,8 @@ wait_rocev2_gid() {
 		done
 		sleep 0.2
 	done
-	ls -l "$port/gid_attrs/types/" | head -10 >&2 || true
+	ip addr show eth0 >&2 || true
+	rdma link show >&2 || true
 	fail "$dev has no RoCE v2 IPv4-mapped GID after ${secs}s"
 }
 
