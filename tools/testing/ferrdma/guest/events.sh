@@ -6,8 +6,8 @@
 # KIND picks the device (rdma_dev_up): "rxe" is soft RoCE on eth0 (rdma_rxe and the UDP
 # tunnel modules from the booted kernel's build tree). TEST is one of the verbs test programs
 # (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
-# twice: a channel per thread, then one channel shared by all threads) or "async"
-# (async-events, while eth0 goes down and up). Around the run: kmemleak cleared, no verbs
+# twice: a channel per thread, then one channel shared by all threads), "destroy"
+# (destroy-race) or "async" (async-events, while eth0 goes down and up). Around the run: kmemleak cleared, no verbs
 # object of the test left behind, device and modules removed, kmemleak clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 
@@ -83,6 +83,9 @@ events_main() {
 		"$progs/event-stress" "$EVENTS_DEV" "$@" || fail "event-stress on $EVENTS_DEV failed"
 		"$progs/event-stress" "$EVENTS_DEV" --shared "$@" ||
 			fail "event-stress --shared on $EVENTS_DEV failed"
+		;;
+	destroy)
+		"$progs/destroy-race" "$EVENTS_DEV" "$@" || fail "destroy-race on $EVENTS_DEV failed"
 		;;
 	async)
 		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \
