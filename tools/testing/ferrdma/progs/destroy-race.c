@@ -122,10 +122,7 @@ int main(int argc, char **argv)
 	signal(SIGALRM, on_alarm);
 	alarm(seconds);
 	tp_open(&dev, argv[optind]);
-	channel = ibv_create_comp_channel(dev.ctx);
-	if (!channel)
-		tp_die("ibv_create_comp_channel: %s", strerror(errno));
-	tp_set_nonblock(channel->fd);
+	channel = tp_create_channel(&dev);
 	rbuf = calloc(sends, sizeof(*rbuf));
 	if (!rbuf)
 		tp_die("out of memory");

@@ -282,12 +282,8 @@ int main(int argc, char **argv)
 			     IBV_ACCESS_LOCAL_WRITE);
 	if (!recv_mr)
 		tp_die("ibv_reg_mr: %s", strerror(errno));
-	for (i = 0; i < ngroups; i++) {
-		groups[i].ch = ibv_create_comp_channel(dev.ctx);
-		if (!groups[i].ch)
-			tp_die("ibv_create_comp_channel: %s", strerror(errno));
-		tp_set_nonblock(groups[i].ch->fd);
-	}
+	for (i = 0; i < ngroups; i++)
+		groups[i].ch = tp_create_channel(&dev);
 	for (i = 0; i < nstreams; i++) {
 		struct stream *s = &streams[i];
 

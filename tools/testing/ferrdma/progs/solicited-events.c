@@ -93,8 +93,7 @@ static void expect_no_event(const char *what)
 	}
 }
 
-/* Posts @n receives on B and @n SENDs on A; the last one gets @last_flags. */
-static void post_sends(unsigned int n, unsigned int last_flags)
+static void post_recvs(unsigned int n)
 {
 	unsigned int i;
 
@@ -104,6 +103,14 @@ static void post_sends(unsigned int n, unsigned int last_flags)
 		if (tp_post_recv(qp_b, recv_mr, &recv_buf[slot], slot))
 			tp_die("ibv_post_recv failed");
 	}
+}
+
+/* Posts @n receives on B and @n SENDs on A; the last one gets @last_flags. */
+static void post_sends(unsigned int n, unsigned int last_flags)
+{
+	unsigned int i;
+
+	post_recvs(n);
 	for (i = 0; i < n; i++) {
 		struct tp_msg msg = {
 			.magic = TP_MSG_MAGIC,
@@ -225,8 +232,8 @@ static unsigned long consume(const char *what, unsigned int n)
 static void check_error_wakes(unsigned int n)
 {
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	unsigned int done = 0;
 	double deadline;
-	unsigned int i, done = 0;
 	int ret;
 
 	/*
@@ -239,12 +246,7 @@ static void check_error_wakes(unsigned int n)
 	if (tp_channel_ready(channel, quiet_ms))
 		get_event("check 7 (disarming)");
 
-	for (i = 0; i < n; i++) {
-		uint64_t slot = recv_slot++ % RECV_SLOTS;
-
-		if (tp_post_recv(qp_b, recv_mr, &recv_buf[slot], slot))
-			tp_die("ibv_post_recv failed");
-	}
+	post_recvs(n);
 	arm(1);
 	ret = ibv_modify_qp(qp_b, &attr, IBV_QP_STATE);
 	if (ret)
@@ -319,10 +321,7 @@ int main(int argc, char **argv)
 		usage();
 
 	tp_open(&dev, argv[optind]);
-	channel = ibv_create_comp_channel(dev.ctx);
-	if (!channel)
-		tp_die("ibv_create_comp_channel: %s", strerror(errno));
-	tp_set_nonblock(channel->fd);
+	channel = tp_create_channel(&dev);
 	scq = ibv_create_cq(dev.ctx, CQ_DEPTH, NULL, NULL, 0);
 	rcq = ibv_create_cq(dev.ctx, CQ_DEPTH, &rcq, channel, 0);
 	if (!scq || !rcq)

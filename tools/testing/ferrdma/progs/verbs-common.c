@@ -286,3 +286,13 @@ void tp_set_nonblock(int fd)
 	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
 		tp_die("fcntl(O_NONBLOCK): %s", strerror(errno));
 }
+
+struct ibv_comp_channel *tp_create_channel(struct tp_dev *dev)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(dev->ctx);
+
+	if (!ch)
+		tp_die("ibv_create_comp_channel: %s", strerror(errno));
+	tp_set_nonblock(ch->fd);
+	return ch;
+}

@@ -56,6 +56,8 @@ int tp_post_send(struct ibv_qp *qp, const struct tp_msg *msg, uint64_t wr_id,
 /* Posts one receive of sizeof(struct tp_msg) bytes at @buf (in @mr). */
 int tp_post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *buf, uint64_t wr_id);
 
+/* A completion channel on @dev whose fd is non-blocking (for poll() with a timeout). */
+struct ibv_comp_channel *tp_create_channel(struct tp_dev *dev);
 /* Waits up to @timeout_ms for the channel's fd to become readable: 1 if it did, 0 if not. */
 int tp_channel_ready(struct ibv_comp_channel *ch, int timeout_ms);
 void tp_set_nonblock(int fd);
