@@ -7,9 +7,10 @@
 # tunnel modules from the booted kernel's build tree). TEST is one of the verbs test programs
 # (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
 # twice: a channel per thread, then one channel shared by all threads), "destroy"
-# (destroy-race) or "async" (async-events, while the link goes down and up). Around the run:
-# kmemleak cleared, no verbs object of the test left behind, device and modules removed,
-# kmemleak clean. events_two_vms KIND runs stock event-driven tools between two VMs.
+# (destroy-race), "errors" (error-events) or "async" (async-events, while the link goes down
+# and up). Around the run: kmemleak cleared, no verbs object of the test left behind, device
+# and modules removed, kmemleak clean. events_two_vms KIND runs stock event-driven tools
+# between two VMs.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 
 EVENTS_DEV=
@@ -93,6 +94,9 @@ events_main() {
 		;;
 	destroy)
 		"$progs/destroy-race" "$EVENTS_DEV" "$@" || fail "destroy-race on $EVENTS_DEV failed"
+		;;
+	errors)
+		"$progs/error-events" "$EVENTS_DEV" "$@" || fail "error-events on $EVENTS_DEV failed"
 		;;
 	async)
 		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \

@@ -187,7 +187,8 @@ static void to_rts(struct tp_dev *dev, struct ibv_qp *qp, uint32_t remote_qpn)
 	attr.qp_state = IBV_QPS_INIT;
 	attr.pkey_index = 0;
 	attr.port_num = TP_PORT;
-	attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+	attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				IBV_ACCESS_REMOTE_READ;
 	ret = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS);
 	if (ret)
