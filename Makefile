@@ -13,7 +13,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic run check check-nic check-vm fmt clean-cache
+.PHONY: all help sysroot kernel nic progs run check check-nic check-vm fmt clean-cache
 
 all: kernel nic
 
@@ -29,6 +29,10 @@ kernel:
 nic:
 	@scripts/nic.sh
 
+# The verbs test programs of the VM suite (tools/testing/ferrdma/progs), cached by content.
+progs:
+	@tools/testing/ferrdma/progs/build.sh >/dev/null
+
 run: kernel nic
 	@scripts/run-demo.sh
 
@@ -39,7 +43,7 @@ check:
 check-nic:
 	@cd tools/ferrdma-nic && cargo test
 
-check-vm: kernel nic
+check-vm: kernel nic progs
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
 
 # Format our Rust: the kernel's rustfmt rules for drivers/ and rust/, cargo fmt for the NIC.

@@ -4,7 +4,8 @@
 #   1. ferrdma-nic unit and property tests (cargo test, no VM)
 #   2. the test kernel with our driver (a build failure is a failed test)
 #   3. the device model under QEMU's qtest
-#   4. the VM suite: KUnit, probe, insmod/rmmod cycles, two VMs (tools/testing/ferrdma/run-tests)
+#   4. the VM suite: KUnit, probe, insmod/rmmod cycles, two VMs, event tests on rxe
+#      (tools/testing/ferrdma/run-tests; its verbs test programs are built before it)
 #
 # The last line is "N passed, N failed, N skipped"; the exit status is non-zero on any failure.
 set -uo pipefail
@@ -70,6 +71,11 @@ if [ "$kernel_ok" = 1 ]; then
 fi
 step "ferrdma-nic: release build"
 check_one "ferrdma-nic build" "$here/nic.sh" && nic_ok=1 || nic_ok=0
+
+# 2b. Our verbs test programs (C against libibverbs), which the VM suite's event tests run.
+step "verbs test programs: build"
+check_one "verbs test programs build (tools/testing/ferrdma/progs)" \
+	"$here/in-sysroot.sh" bash -c '/ferrdma/src/tools/testing/ferrdma/progs/build.sh >/dev/null'
 
 # 3. The device under a real QEMU, driven by qtest (no guest kernel needed).
 if [ "$nic_ok" = 1 ]; then

@@ -207,6 +207,13 @@ class JobFileTest(unittest.TestCase):
             os.unlink(f.name)
         self.assertEqual(out.split("|")[:-1], ["2", "", "/a b/ferrdma.ko", "42", "5"] + args)
 
+    def test_kernel_build_dir(self):
+        """FERRDMA_KBUILD: the tree around a built image, nothing for an image elsewhere."""
+        self.assertEqual(vmharness.kernel_build_dir("/c/kernel/build/arch/x86/boot/bzImage"),
+                         "/c/kernel/build")
+        self.assertEqual(vmharness.kernel_build_dir("/tmp/bzImage"), "")
+        self.assertEqual(vmharness.kernel_build_dir("/x/notarch/x86/boot/bzImage"), "")
+
 
 if __name__ == "__main__":
     unittest.main()

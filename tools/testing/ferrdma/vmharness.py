@@ -78,6 +78,14 @@ def default_ko() -> str:
     return os.path.join(cache_dir(), "kernel/build/drivers/infiniband/hw/ferrdma/ferrdma.ko")
 
 
+def kernel_build_dir(kernel: str) -> str:
+    """The kernel build tree of an image at <tree>/arch/x86/boot/bzImage, whose in-tree modules
+    (e.g. rdma_rxe.ko) match that kernel; "" for an image elsewhere."""
+    suffix = os.path.join("arch", "x86", "boot", "bzImage")
+    path = os.path.abspath(kernel)
+    return path[:-len(suffix) - 1] if path.endswith(os.sep + suffix) else ""
+
+
 def default_nic() -> str:
     return os.path.join(cache_dir(), "cargo-target/release/ferrdma-nic")
 
@@ -505,6 +513,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_PREFIXLEN": str(LAN_MASK_BITS),
             "FERRDMA_MAC": node_mac(node),
             "FERRDMA_KO": cfg.ko,
+            "FERRDMA_KBUILD": kernel_build_dir(cfg.kernel),
             "FERRDMA_RESULTS": f"{GUEST_SHARE}/results",
             "FERRDMA_HARNESS": HARNESS_DIR,
             "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),

@@ -206,3 +206,25 @@ wait_listen() {
 	done
 	fail "nothing listens on TCP port $1"
 }
+
+# load_kmods MODULE...: insmods in-tree modules of the booted kernel from its build tree
+# ($FERRDMA_KBUILD; the guest has no /lib/modules), given as paths relative to it, in order
+# (dependencies first); modules already loaded are skipped.
+load_kmods() {
+	local kbuild=${FERRDMA_KBUILD:-} rel name
+	[ -n "$kbuild" ] || fail "FERRDMA_KBUILD is empty: the kernel image is not in a build tree"
+	for rel in "$@"; do
+		name=$(basename "$rel" .ko)
+		[ -d "/sys/module/$name" ] && continue
+		[ -f "$kbuild/$rel" ] || fail "module $kbuild/$rel does not exist (CONFIG_...=m?)"
+		insmod "$kbuild/$rel" || { dmesg | tail -20 >&2; fail "insmod $kbuild/$rel failed"; }
+	done
+}
+
+# test_progs_dir: prints the directory of the verbs test programs built for these sources
+# (progs/build.sh); fails if they have not been built.
+test_progs_dir() {
+	"$FERRDMA_HARNESS/progs/build.sh" --dir ||
+		fail "the verbs test programs are not built for these sources: run" \
+			"scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/progs/build.sh (make check does)"
+}

@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# Completion- and asynchronous-event tests (tests/events-*.sh), the same on every RoCE device.
+# A test is a one-line wrapper:
+#     . "$FERRDMA_HARNESS/guest/events.sh"; events_main KIND TEST [PROGRAM ARGS...]
+# KIND picks the device (rdma_dev_up): "rxe" is soft RoCE on eth0 (rdma_rxe and the UDP
+# tunnel modules from the booted kernel's build tree). TEST is one of the verbs test programs
+# (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
+# twice: a channel per thread, then one channel shared by all threads), "destroy"
+# (destroy-race), "errors" (error-events) or "async" (async-events, while the link goes down
+# and up). Around the run: kmemleak cleared, no verbs object of the test left behind, device
+# and modules removed, kmemleak clean. events_two_vms KIND runs stock event-driven tools
+# between two VMs.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+
+EVENTS_DEV=
+EVENTS_KIND=
+EVENTS_GID_INDEX=
+# A bash snippet that takes the device's link down and up again (async test).
+EVENTS_LINK_TOGGLE=
+RXE_MODULES=(net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/sw/rxe/rdma_rxe.ko)
+
+# wait_rocev2_gid DEVICE [SECONDS]: waits (default 30 s) until port 1 of DEVICE has a RoCE v2
+# GID holding an IPv4-mapped address (ib_core adds it some time after the device appears);
+# sets EVENTS_GID_INDEX to its index.
+wait_rocev2_gid() {
+	local dev=$1 secs=${2:-30} port=/sys/class/infiniband/$1/ports/1 i idx type gid
+	for ((i = 0; i < secs * 5; i++)); do
+		for ((idx = 0; idx < 64; idx++)); do
+			# Builtin reads: an empty entry's type file fails to read (EINVAL).
+			read -r type < "$port/gid_attrs/types/$idx" 2>/dev/null || continue
+			[ "$type" = "RoCE v2" ] || continue
+			read -r gid < "$port/gids/$idx" || continue
+			if [[ $gid == 0000:0000:0000:0000:0000:ffff:* ]]; then
+				EVENTS_GID_INDEX=$idx
+				note "$dev: RoCE v2 GID $idx is $gid"
+				return 0
+			fi
+		done
+		sleep 0.2
+	done
+	ip addr show eth0 >&2 || true
+	rdma link show >&2 || true
+	fail "$dev has no RoCE v2 IPv4-mapped GID after ${secs}s"
+}
+
+# rdma_dev_up KIND: brings up the device of KIND and sets EVENTS_DEV to its name.
+rdma_dev_up() {
+	EVENTS_KIND=$1
+	case $1 in
+	rxe)
+		load_kmods "${RXE_MODULES[@]}"
+		rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 failed"
+		EVENTS_DEV=rxe0
+		EVENTS_LINK_TOGGLE='ip link set eth0 down; sleep 2; ip link set eth0 up'
+		;;
+	*)
+		fail "rdma_dev_up: unknown device kind $1"
+		;;
+	esac
+	wait_rocev2_gid "$EVENTS_DEV"
+	note "$EVENTS_DEV up: $(rdma link show "$EVENTS_DEV/1")"
+}
+
+# rdma_dev_down: removes what rdma_dev_up set up.
+rdma_dev_down() {
+	case $EVENTS_KIND in
+	rxe)
+		rdma link delete "$EVENTS_DEV" || fail "rdma link delete $EVENTS_DEV failed"
+		rmmod rdma_rxe ip6_udp_tunnel udp_tunnel || fail "rmmod of rdma_rxe and the UDP tunnel modules failed"
+		[ ! -d /sys/module/rdma_rxe ] || fail "rdma_rxe is still loaded after rmmod"
+		;;
+	esac
+}
+
+# events_main KIND TEST [ARGS...]: the whole test (see the top of this file); ARGS go to the
+# test program (e.g. --sabotage, to see it fail).
+events_main() {
+	local kind=$1 test=$2 progs before after
+	shift 2
+	progs=$(test_progs_dir)
+	kmemleak_clear
+	rdma_dev_up "$kind"
+	# The kernel's own objects (rxe: the GSI QP's PD, CQ and QP) are there before and after.
+	before=$(rdma res show "$EVENTS_DEV")
+	case $test in
+	solicited)
+		"$progs/solicited-events" "$EVENTS_DEV" "$@" || fail "solicited-events on $EVENTS_DEV failed"
+		;;
+	stress)
+		"$progs/event-stress" "$EVENTS_DEV" "$@" || fail "event-stress on $EVENTS_DEV failed"
+		"$progs/event-stress" "$EVENTS_DEV" --shared "$@" ||
+			fail "event-stress --shared on $EVENTS_DEV failed"
+		;;
+	destroy)
+		"$progs/destroy-race" "$EVENTS_DEV" "$@" || fail "destroy-race on $EVENTS_DEV failed"
+		;;
+	errors)
+		"$progs/error-events" "$EVENTS_DEV" "$@" || fail "error-events on $EVENTS_DEV failed"
+		;;
+	async)
+		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \
+			bash -c "sleep 1; $EVENTS_LINK_TOGGLE" ||
+			fail "async-events on $EVENTS_DEV failed"
+		;;
+	*)
+		fail "events_main: unknown test $test"
+		;;
+	esac
+	after=$(rdma res show "$EVENTS_DEV")
+	note "rdma res: $after"
+	[ "$after" = "$before" ] || fail "verbs objects left behind: before the test: $before; after: $after"
+	rdma_dev_down
+	kmemleak_check "$test events on $kind"
+	note "$test events on $kind: passed"
+}
+
+# peer_tool NAME CMD...: a client/server tool between the two VMs: node 1 runs CMD as the
+# server, node 2 runs CMD PEER_IP as the client, retried while the server is not listening yet.
+peer_tool() {
+	local name=$1 i
+	shift
+	barrier "$name-start" 120
+	if [ "$FERRDMA_NODE" = 1 ]; then
+		note "$name: server: $*"
+		timeout 120 "$@" || fail "$name server ($*) failed"
+	else
+		note "$name: client: $* $FERRDMA_PEER_IP"
+		for ((i = 1; ; i++)); do
+			timeout 120 "$@" "$FERRDMA_PEER_IP" && break
+			[ "$i" -lt 20 ] || fail "$name client ($* $FERRDMA_PEER_IP) failed $i times"
+			note "$name: client attempt $i failed (server not listening yet?); retrying"
+			sleep 1
+		done
+	fi
+	barrier "$name-done" 180
+}
+
+# events_two_vms KIND: stock event-driven tools between the two VMs' devices of KIND
+# (issue 6): ibv_rc_pingpong -e, ib_send_lat -e and ib_send_bw -e, node 1 serving; then the
+# same cleanup checks as events_main.
+events_two_vms() {
+	local kind=$1 before after
+	[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs (FERRDMA_NVMS=$FERRDMA_NVMS)"
+	kmemleak_clear
+	rdma_dev_up "$kind"
+	before=$(rdma res show "$EVENTS_DEV")
+	ping_peer "$FERRDMA_PEER_IP" 90
+	peer_tool rc_pingpong ibv_rc_pingpong -d "$EVENTS_DEV" -g "$EVENTS_GID_INDEX" -e -n 200 -p 18515
+	peer_tool send_lat ib_send_lat -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18516
+	peer_tool send_bw ib_send_bw -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18517
+	after=$(rdma res show "$EVENTS_DEV")
+	note "rdma res: $after"
+	[ "$after" = "$before" ] || fail "verbs objects left behind: before the test: $before; after: $after"
+	rdma_dev_down
+	kmemleak_check "event-driven tools on $kind"
+	barrier finished 120
+	note "event-driven tools between two VMs on $kind: passed"
+}
