@@ -211,18 +211,19 @@ class Uverbs:
         self.async_fd, _ = struct.unpack("<II", core)
         return e, drv
 
-    def alloc_pd(self):
-        e, core, _ = self.write(CMD_ALLOC_PD, bytes(8), b"", 4, 8)
+    def alloc_pd(self, drv_out=8, resp_addr=None):
+        e, core, _ = self.write(CMD_ALLOC_PD, bytes(8), b"", 4, drv_out, resp_addr=resp_addr)
         return e, (struct.unpack("<I", core)[0] if not e else None)
 
     def dealloc_pd(self, pd):
         return self.write(CMD_DEALLOC_PD, struct.pack("<I", pd), has_resp=False)[0]
 
-    def reg_mr(self, pd, start, length, drv=None, access=ACC_LOCAL_WRITE, iova=None):
+    def reg_mr(self, pd, start, length, drv=None, access=ACC_LOCAL_WRITE, iova=None,
+               resp_addr=None):
         """drv: irdma_mem_reg_req bytes (None: no driver data). Returns (errno, (handle, lkey))."""
         core = struct.pack("<QQQQII", 0, start, length, start if iova is None else iova, pd,
                            access)
-        e, r, _ = self.write(CMD_REG_MR, core, drv or b"", 12)
+        e, r, _ = self.write(CMD_REG_MR, core, drv or b"", 12, resp_addr=resp_addr)
         if e:
             return e, None
         h, lkey, _rkey = struct.unpack("<III", r)
@@ -275,11 +276,12 @@ class Uverbs:
     def destroy_qp(self, qp):
         return self.write(CMD_DESTROY_QP, struct.pack("<QII", 0, qp, 0), core_out=4)[0]
 
-    def create_ah(self, pd, gid: bytes, sgid_index, is_global=1, port=1, drv_out=8):
+    def create_ah(self, pd, gid: bytes, sgid_index, is_global=1, port=1, drv_out=8,
+                  resp_addr=None):
         attr = struct.pack("<16sIBBBBHBBBBBB", gid, 0, sgid_index, 64, 0, 0, 0, 0, 0, 0,
                            is_global, port, 0)
         core = struct.pack("<QQII", 0, 0x9abc, pd, 0) + attr
-        e, r, d = self.write(CMD_CREATE_AH, core, b"", 4, drv_out)
+        e, r, d = self.write(CMD_CREATE_AH, core, b"", 4, drv_out, resp_addr=resp_addr)
         if e:
             return e, None
         return e, (struct.unpack("<I", r)[0], struct.unpack("<I", d[:4])[0] if d else None)
@@ -317,6 +319,7 @@ class Broken(Exception):
 
 class Scenario:
     def __init__(self, dev, gid_index, gid):
+        self.dev = dev
         self.u = Uverbs(dev)
         self.gid_index = gid_index
         self.gid = gid
@@ -336,10 +339,10 @@ class Scenario:
             raise Broken(f"{name}: {e}")
         return v
 
-    def ring_mr(self, pd, name, pages, drv):
+    def ring_mr(self, pd, name, pages, drv, u=None):
         """Maps `pages` pages and registers them with driver data `drv`; returns (addr, mr)."""
         buf = mmap_pages(pages)
-        mr = self.need(name, self.u.reg_mr(pd, buf, pages * PAGE, drv))
+        mr = self.need(name, (u or self.u).reg_mr(pd, buf, pages * PAGE, drv))
         return buf, mr[0]
 
     def setup(self):
@@ -347,6 +350,17 @@ class Scenario:
         ctx = self.need("get_context", u.get_context())
         (self.max_hw_cq_size,) = struct.unpack_from("<I", ctx, 56)
         self.pd = self.need("alloc_pd", u.alloc_pd())
+
+    def pd_cases(self):
+        u = self.u
+        # The driver cannot write irdma_alloc_pd_resp: the PD must be undone.
+        self.case("alloc_pd.resp_unmapped", u.alloc_pd(resp_addr=unmapped_address())[0])
+        # No room for it at all (if that is accepted, the PD goes again at once; a PD left
+        # behind shows in the test's object check).
+        e, pd = u.alloc_pd(drv_out=0)
+        self.case("alloc_pd.resp_no_room", e)
+        if not e:
+            u.dealloc_pd(pd)
 
     def mr_cases(self):
         u, pd = self.u, self.pd
@@ -387,6 +401,20 @@ class Scenario:
         self.case("reg_mr.mem_unaligned_counts_ignored", e)
         if not e:
             self.case("dereg_mr.mem_unaligned", u.dereg_mr(mr[0]))
+        # An I/O virtual range that wraps around 2^64.
+        e, mr = u.reg_mr(pd, buf, 8 * PAGE, memreg(MEMREG_MEM), iova=(1 << 64) - 4 * PAGE)
+        self.case("reg_mr.mem_iova_wraps", e)
+        if not e:
+            self.case("dereg_mr.mem_iova_wraps", u.dereg_mr(mr[0]))
+        # ib_core cannot write the response after the driver registered: it undoes the MR.
+        self.case("reg_mr.mem_resp_unmapped",
+                  u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_MEM),
+                           resp_addr=unmapped_address())[0])
+        self.case("reg_mr.cq_resp_unmapped",
+                  u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_CQ, cq_pages=1),
+                           resp_addr=unmapped_address())[0])
+        # ... and the ring registration is gone with it (nothing to create a CQ on).
+        self.case("create_cq.on_undone_registration", u.create_cq(8, cq_req(buf, buf + PAGE))[0])
         # Longer than the mapping: pinning fails.
         part = mmap_pages(4)
         munmap(part + 2 * PAGE, 2)
@@ -488,11 +516,38 @@ class Scenario:
         h, qpn = qp[0], qp[1]
         self.case("create_qp.ring_in_use", u.create_qp(pd, cq, QPT_RC, c, qp_req(buf))[0])
         self.case("dereg_mr.qp_ring_in_use", u.dereg_mr(mr))
+        self.case("dealloc_pd.in_use", u.dealloc_pd(pd))
+        self.other_context_cases()
         self.modify_cases(h, qpn)
         self.case("destroy_qp.valid", u.destroy_qp(h))
         self.case("dereg_mr.qp_ring_after_destroy", u.dereg_mr(mr))
         self.spoof_case()
         self.ud_case()
+
+    def other_context_cases(self):
+        """Ring registrations belong to their context: a second context (another uverbs
+        file of the same process, so the same addresses) cannot create on them."""
+        u2 = Uverbs(self.dev)
+        try:
+            self.need("ctx2.get_context", u2.get_context())
+            pd2 = self.need("ctx2.alloc_pd", u2.alloc_pd())
+            ring, ring_mr = self.ring_mr(pd2, "ctx2.reg_mr.cq_ring", 2,
+                                         memreg(MEMREG_CQ, cq_pages=1), u=u2)
+            cq2 = self.need("ctx2.create_cq", u2.create_cq(8, cq_req(ring, ring + PAGE)))[0]
+            # Free registrations of the first context, at the addresses they were made at.
+            ring1, self.cq_ring1_mr = self.ring_mr(self.pd, "reg_mr.cq_ring_ctx1", 2,
+                                                   memreg(MEMREG_CQ, cq_pages=1))
+            qbuf1, qmr1 = self.qp_ring("reg_mr.qp_ring_ctx1")
+            self.case("ctx2.create_cq_on_ctx1_ring",
+                      u2.create_cq(8, cq_req(ring1, ring1 + PAGE))[0])
+            self.case("ctx2.create_qp_on_ctx1_ring",
+                      u2.create_qp(pd2, cq2, QPT_RC, list(self.CAPS), qp_req(qbuf1))[0])
+            self.case("dereg_mr.qp_ring_ctx1", self.u.dereg_mr(qmr1))
+            self.case("ctx2.destroy_cq", u2.destroy_cq(cq2))
+            self.case("ctx2.dereg_mr.cq_ring", u2.dereg_mr(ring_mr))
+            self.case("ctx2.dealloc_pd", u2.dealloc_pd(pd2))
+        finally:
+            u2.close()
 
     def dest(self, gid=None):
         return qp_dest(gid or self.gid, self.gid_index, is_global=1, port=1)
@@ -535,6 +590,8 @@ class Scenario:
         self.case("modify_qp.rts_max_rd_atomic_255",
                   u.modify_qp(h, rts, RTS, **dict(rts_kw, max_rd_atomic=255)))
         self.case("modify_qp.rts", u.modify_qp(h, rts, RTS, **rts_kw))
+        self.case("modify_qp.rts_to_sqd", u.modify_qp(h, M_STATE, SQD))
+        self.case("modify_qp.sqd_to_rts", u.modify_qp(h, M_STATE, RTS))
         self.case("modify_qp.rts_to_init", u.modify_qp(h, M_STATE, INIT))
         self.case("modify_qp.err", u.modify_qp(h, M_STATE, ERR))
         self.case("modify_qp.err_again", u.modify_qp(h, M_STATE, ERR))
@@ -572,6 +629,9 @@ class Scenario:
         self.case("create_ah.port_2", u.create_ah(pd, self.gid, self.gid_index, port=2)[0])
         self.case("create_ah.bad_sgid_index", u.create_ah(pd, self.gid, 200)[0])
         self.case("create_ah.resp_no_room", *self._ah(drv_out=0))
+        self.case("create_ah.resp_4_bytes", *self._ah(drv_out=4))
+        self.case("create_ah.resp_unmapped",
+                  u.create_ah(pd, self.gid, self.gid_index, resp_addr=unmapped_address())[0])
         e, ah = u.create_ah(pd, self.gid, self.gid_index)
         self.case("create_ah.valid", e, ah_id_small=int(bool(ah) and ah[1] < (1 << 17)))
         if not e:
@@ -589,11 +649,13 @@ class Scenario:
         u = self.u
         self.case("destroy_cq.valid", u.destroy_cq(self.cq))
         self.case("dereg_mr.cq_ring_after_destroy", u.dereg_mr(self.cq_ring_mr))
+        self.case("dereg_mr.cq_ring_ctx1", u.dereg_mr(self.cq_ring1_mr))
         self.case("dealloc_pd", u.dealloc_pd(self.pd))
         u.close()
 
     def run(self):
         self.setup()
+        self.pd_cases()
         self.mr_cases()
         self.cq_cases()
         self.qp_cases()
