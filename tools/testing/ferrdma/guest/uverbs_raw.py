@@ -56,6 +56,7 @@ M_CUR_STATE = 1 << 1
 M_ACCESS_FLAGS = 1 << 3
 M_PKEY_INDEX = 1 << 4
 M_PORT = 1 << 5
+M_QKEY = 1 << 6
 M_AV = 1 << 7
 M_PATH_MTU = 1 << 8
 M_TIMEOUT = 1 << 9
@@ -380,6 +381,9 @@ class Scenario:
                   u.reg_mr(pd, buf + 64, 4 * PAGE, memreg(MEMREG_QP, rq_pages=1, sq_pages=1))[0])
         self.case("reg_mr.cq_unaligned",
                   u.reg_mr(pd, buf + 64, 4 * PAGE, memreg(MEMREG_CQ, cq_pages=1))[0])
+        self.case("reg_mr.qp_iova_differs",
+                  u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_QP, rq_pages=1, sq_pages=1),
+                           iova=0x40000000)[0])
         self.case("reg_mr.cq_pages_0",
                   u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_CQ, cq_pages=0))[0])
         self.case("reg_mr.type_srq",
@@ -517,6 +521,7 @@ class Scenario:
         self.case("create_qp.ring_in_use", u.create_qp(pd, cq, QPT_RC, c, qp_req(buf))[0])
         self.case("dereg_mr.qp_ring_in_use", u.dereg_mr(mr))
         self.case("dealloc_pd.in_use", u.dealloc_pd(pd))
+        self.case("destroy_cq.in_use", u.destroy_cq(cq))
         self.other_context_cases()
         self.modify_cases(h, qpn)
         self.case("destroy_qp.valid", u.destroy_qp(h))
@@ -595,6 +600,14 @@ class Scenario:
         self.case("modify_qp.rts_to_init", u.modify_qp(h, M_STATE, INIT))
         self.case("modify_qp.err", u.modify_qp(h, M_STATE, ERR))
         self.case("modify_qp.err_again", u.modify_qp(h, M_STATE, ERR))
+        # ERR -> ERR takes no attributes (ib_modify_qp_is_ok), and attributes without a state
+        # change are still checked in ERR.
+        self.case("modify_qp.err_to_err_with_qkey",
+                  u.modify_qp(h, M_STATE | M_QKEY, ERR, qkey=0x11111111))
+        self.case("modify_qp.err_path_mtu_7_no_state", u.modify_qp(h, M_PATH_MTU, path_mtu=7))
+        self.case("modify_qp.err_timeout_32_no_state", u.modify_qp(h, M_TIMEOUT, timeout=32))
+        self.case("modify_qp.err_cur_state_spoofed_rts",
+                  u.modify_qp(h, M_STATE | M_CUR_STATE, RTS, cur_state=RTS))
         # A QP is never reused after an error (irdma-abi.md §2.7, "no QP reuse after ERR").
         self.case("modify_qp.err_to_reset", u.modify_qp(h, M_STATE, RESET))
 

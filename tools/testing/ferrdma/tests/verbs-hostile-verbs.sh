@@ -29,6 +29,7 @@ reg_mr.qp_rq_pages_0 EINVAL
 reg_mr.cq_pages_beyond_length EINVAL
 reg_mr.qp_unaligned EINVAL
 reg_mr.cq_unaligned EINVAL
+reg_mr.qp_iova_differs EINVAL # rings are found by user address
 reg_mr.cq_pages_0 EINVAL
 reg_mr.type_srq EOPNOTSUPP
 reg_mr.type_9 EOPNOTSUPP
@@ -84,6 +85,7 @@ create_qp.valid 0 qpn_is_qp_id=1 actual_sq_size=128 actual_rq_size=32 lsmm=0 qp_
 create_qp.ring_in_use EPROTO
 dereg_mr.qp_ring_in_use EBUSY
 dealloc_pd.in_use EBUSY # (core)
+destroy_cq.in_use EBUSY # (core)
 ctx2.get_context 0
 ctx2.alloc_pd 0
 ctx2.reg_mr.cq_ring 0
@@ -118,6 +120,10 @@ modify_qp.sqd_to_rts 0
 modify_qp.rts_to_init EINVAL
 modify_qp.err 0
 modify_qp.err_again 0 # libirdma's reflush
+modify_qp.err_to_err_with_qkey EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_path_mtu_7_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_timeout_32_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_cur_state_spoofed_rts EINVAL # the NIC refuses
 modify_qp.err_to_reset EINVAL # no QP reuse after ERR
 destroy_qp.valid 0
 dereg_mr.qp_ring_after_destroy 0
