@@ -1,0 +1,231 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=300
+#
+# Hostile udata and attributes on REG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP,
+# MODIFY_QP, DESTROY_QP, CREATE_AH and DESTROY_AH, sent raw (guest/uverbs_raw.py scenario: legacy
+# uverbs write commands on one uverbs file, buffers mmap()ed by the script, no libibverbs):
+# every bad request gets the errno listed below, the valid ones work (the create_qp response
+# carries libirdma's ring sizes), ring registrations in use refuse DEREG_MR with EBUSY and
+# deregister after their object is gone; then a process exits with one of each object open.
+# Afterwards ib_core tracks no object, rmmod works and kmemleak has nothing. Cases marked
+# DRIVER BUG below expect the correct behaviour, which the driver does not have yet.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+need_nic
+
+# The expectations: CASE ERRNO [KEY=VALUE...] [# comment]. ERRNO is 0 (success), an errno
+# name, alternatives such as 0|EINVAL, or ERROR (any errno). Each KEY=VALUE must appear in the
+# case's line. "(core)" marks errnos that ib_core gives before the driver sees the request.
+# "DRIVER BUG" marks a case whose expectation is the correct behaviour the driver does not
+# have yet; the test fails on it until the driver is fixed.
+EXPECT=$(cat <<'EOF'
+get_context 0
+alloc_pd 0
+alloc_pd.resp_unmapped EFAULT
+alloc_pd.resp_no_room 0|EINVAL # irdma refuses; libirdma never uses pd_id
+reg_mr.no_udata EINVAL
+reg_mr.short_udata EINVAL
+reg_mr.qp_pages_beyond_length EINVAL
+reg_mr.qp_rq_pages_0 EINVAL
+reg_mr.cq_pages_beyond_length EINVAL
+reg_mr.qp_unaligned EINVAL
+reg_mr.cq_unaligned EINVAL
+reg_mr.qp_iova_differs EINVAL # rings are found by user address
+reg_mr.cq_pages_0 EINVAL
+reg_mr.type_srq EOPNOTSUPP
+reg_mr.type_9 EOPNOTSUPP
+reg_mr.mem_atomic EOPNOTSUPP # the device has no atomics
+reg_mr.mem_length_0 EINVAL
+reg_mr.mem_valid 0 lkey_nonzero=1
+dereg_mr.mem 0
+reg_mr.mem_unaligned_counts_ignored 0
+dereg_mr.mem_unaligned 0
+reg_mr.mem_iova_wraps EINVAL
+reg_mr.mem_resp_unmapped EFAULT # (core) undoes the MR
+reg_mr.cq_resp_unmapped EFAULT # (core) undoes the ring registration
+create_cq.on_undone_registration EPROTO
+reg_mr.mem_beyond_mapping ERROR # EFAULT from pinning
+reg_mr.cq_beyond_mapping ERROR # EFAULT from pinning
+reg_mr.mem_unmapped ERROR # EFAULT from pinning
+reg_mr.cq_ring 0
+create_cq.unregistered_buf EPROTO
+create_cq.udata_4_bytes EINVAL
+create_cq.udata_0_bytes EINVAL
+create_cq.resp_no_room EINVAL
+create_cq.cqe_3 EINVAL
+create_cq.cqe_0 EINVAL
+create_cq.cqe_above_max EINVAL
+create_cq.ring_too_small EINVAL
+create_cq.shadow_not_after_ring EINVAL
+create_cq.shadow_is_ring EINVAL
+create_cq.resp_unmapped EFAULT
+create_cq.valid 0 cq_size=8
+create_cq.ring_in_use EPROTO
+dereg_mr.cq_ring_in_use EBUSY
+reg_mr.cq_ring2 0
+create_cq.valid_shadow_0 0
+dereg_mr.cq_ring2_in_use EBUSY
+destroy_cq.cq2 0
+dereg_mr.cq_ring2_after_destroy 0
+reg_mr.qp_ring 0
+create_qp.unregistered_buf EPROTO
+create_qp.udata_8_bytes EINVAL
+create_qp.resp_16_bytes EINVAL
+create_qp.type_uc EOPNOTSUPP
+create_qp.send_sge_14 EINVAL
+create_qp.recv_sge_14 EINVAL
+create_qp.inline_102 EINVAL
+create_qp.send_wr_huge EINVAL # max_send_wr 2^32-1: SQ deeper than 32768 quanta
+create_qp.cq_registration EPROTO
+reg_mr.qp_ring_small_sq 0
+create_qp.sq_ring_too_small EINVAL
+create_qp.rq_ring_too_small EINVAL
+dereg_mr.qp_ring_small 0
+create_qp.resp_unmapped EFAULT
+create_qp.valid 0 qpn_is_qp_id=1 actual_sq_size=128 actual_rq_size=32 lsmm=0 qp_caps=7
+create_qp.ring_in_use EPROTO
+dereg_mr.qp_ring_in_use EBUSY
+dealloc_pd.in_use EBUSY # (core)
+destroy_cq.in_use EBUSY # (core)
+ctx2.get_context 0
+ctx2.alloc_pd 0
+ctx2.reg_mr.cq_ring 0
+ctx2.create_cq 0
+reg_mr.cq_ring_ctx1 0
+reg_mr.qp_ring_ctx1 0
+ctx2.create_cq_on_ctx1_ring EPROTO
+ctx2.create_qp_on_ctx1_ring EPROTO
+dereg_mr.qp_ring_ctx1 0
+ctx2.destroy_cq 0
+ctx2.dereg_mr.cq_ring 0
+ctx2.dealloc_pd 0
+modify_qp.reset_to_rts EINVAL
+modify_qp.reset_to_rtr EINVAL
+modify_qp.init_port_2 EINVAL # (core)
+modify_qp.init_pkey_index_1 EINVAL
+modify_qp.state_8 EINVAL # (core)
+modify_qp.init 0
+modify_qp.rtr_path_mtu_7 EINVAL
+modify_qp.rtr_path_mtu_0 EINVAL
+modify_qp.rtr_dest_qpn_2^24 EINVAL
+modify_qp.rtr_max_dest_rd_atomic_255 EINVAL
+modify_qp.rtr_alt_path EINVAL # (core) bans alternate paths on RoCE ports
+modify_qp.rtr_bad_sgid_index EINVAL # (core)
+modify_qp.rtr 0
+modify_qp.rts_retry_cnt_8 EINVAL
+modify_qp.rts_timeout_32 EINVAL
+modify_qp.rts_max_rd_atomic_255 EINVAL
+modify_qp.rts 0
+modify_qp.rts_to_sqd 0
+modify_qp.sqd_to_rts 0
+modify_qp.rts_to_init EINVAL
+modify_qp.err 0
+modify_qp.err_again 0 # libirdma's reflush
+modify_qp.err_to_err_with_qkey EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_path_mtu_7_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_timeout_32_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_cur_state_spoofed_rts EINVAL # the NIC refuses
+modify_qp.err_to_reset EINVAL # no QP reuse after ERR
+destroy_qp.valid 0
+dereg_mr.qp_ring_after_destroy 0
+reg_mr.qp_ring_spoof 0
+create_qp.spoof 0
+modify_qp.spoof_init 0
+modify_qp.cur_state_spoofed_rts EINVAL # INIT QP claiming cur_state RTS; the NIC refuses
+destroy_qp.spoof 0
+dereg_mr.qp_ring_spoof 0
+reg_mr.qp_ring_ud 0
+create_qp.ud_valid 0 actual_sq_size=128 actual_rq_size=32 lsmm=0 qp_caps=6
+destroy_qp.ud 0
+dereg_mr.qp_ring_ud 0
+create_ah.no_grh EINVAL # (core)
+create_ah.port_2 EINVAL # (core)
+create_ah.bad_sgid_index EINVAL # (core)
+create_ah.resp_no_room EINVAL # DRIVER BUG: succeeds, user space never learns the ah_id
+create_ah.resp_4_bytes 0|EINVAL # the ah_id fits; irdma wants all 8 bytes
+create_ah.resp_unmapped EFAULT
+create_ah.valid 0 ah_id_small=1
+destroy_ah.valid 0
+destroy_cq.valid 0
+dereg_mr.cq_ring_after_destroy 0
+dereg_mr.cq_ring_ctx1 0
+dealloc_pd 0
+EOF
+)
+
+kmemleak_clear
+load_ferrdma
+wait_probe 1 >/dev/null
+gid=$(wait_gid ferrdma0)
+gid_hex=$(tr -d ':\n' < "/sys/class/infiniband/ferrdma0/ports/1/gids/$gid")
+dev=
+for d in /sys/class/infiniband_verbs/uverbs*; do
+	if [ "$(cat "$d/ibdev")" = ferrdma0 ]; then dev=/dev/infiniband/${d##*/}; fi
+done
+[ -c "$dev" ] || fail "no uverbs device of ferrdma0"
+note "$dev, RoCE v2 GID index $gid ($gid_hex)"
+
+raw() { python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" scenario "$dev" "$gid" "$gid_hex" "$@"; }
+
+WANT=$(sed -e 's/[[:space:]]*#.*$//' -e '/^$/d' <<<"$EXPECT")
+ncases=$(wc -l <<<"$WANT")
+
+start=$(date +%s)
+rc=0
+raw > /tmp/cases || rc=$?
+cat /tmp/cases
+grep -q '^case ' /tmp/cases || fail "the scenario ran no case (exit $rc)"
+
+# Judge every case line against the expectations; every expected case must have run. A wrong
+# errno does not stop the test: the object, rmmod and kmemleak checks below still run.
+bad=0
+declare -A seen=()
+while read -r _ name got extra; do
+	seen[$name]=1
+	want=$(awk -v n="$name" '$1 == n { $1 = ""; print substr($0, 2); exit }' <<<"$WANT")
+	if [ -z "$want" ]; then
+		echo "MISMATCH $name: not an expected case (errno $got $extra)"
+		bad=$((bad + 1))
+		continue
+	fi
+	read -r werr wkv <<<"$want"
+	ok=1
+	if [ "$werr" = ERROR ]; then
+		[ "$got" != 0 ] || ok=0
+	else
+		[[ "|$werr|" == *"|$got|"* ]] || ok=0
+	fi
+	for kv in $wkv; do
+		[[ " $extra " == *" $kv "* ]] || ok=0
+	done
+	if [ $ok = 0 ]; then
+		echo "MISMATCH $name: got $got $extra, expected: $(awk -v n="$name" '$1 == n { print; exit }' <<<"$EXPECT")"
+		bad=$((bad + 1))
+	fi
+done < <(grep '^case ' /tmp/cases)
+while read -r name _; do
+	[ -n "${seen[$name]:-}" ] || { echo "MISSING $name: the case did not run"; bad=$((bad + 1)); }
+done <<<"$WANT"
+[ "$rc" = 0 ] || fail "uverbs_raw.py scenario exited $rc: $(tail -1 /tmp/cases)"
+if [ "$bad" = 0 ]; then
+	note "all $ncases cases as expected in $(($(date +%s) - start))s"
+else
+	note "$bad of $ncases cases went wrong (MISMATCH/MISSING above), in $(($(date +%s) - start))s"
+fi
+expect_no_verbs_objects
+
+# A process that exits holding a MEM MR, a CQ on its ring, an unused CQ ring registration, an
+# RC QP in RTR and a UD QP on their rings, and an AH: the kernel destroys them on file release
+# (the ring MRs only after the QPs and CQs on them: their first DEREG_MR says EBUSY).
+raw leave-open > /tmp/open || { cat /tmp/open; fail "uverbs_raw.py scenario leave-open failed"; }
+cat /tmp/open
+for _ in $(seq 50); do
+	rdma res show ferrdma0 | grep -q ' qp 0 ' && break
+	sleep 0.1
+done
+expect_no_verbs_objects
+
+unload_ferrdma
+kmemleak_check "hostile verbs"
+[ "$bad" = 0 ] || fail "$bad of $ncases cases went wrong (MISMATCH/MISSING above)"
+note "verbs-hostile-verbs test passed"
