@@ -250,6 +250,8 @@ pub(crate) struct CreateAhResp {
 
 impl CreateAhResp {
     pub(crate) const SIZE: usize = 8;
+    /// Shortest response buffer accepted: `ah_id` must fit.
+    pub(crate) const MIN_SIZE: usize = 4;
 
     pub(crate) fn encode(&self) -> [u8; Self::SIZE] {
         let mut b = [0u8; Self::SIZE];

@@ -31,6 +31,13 @@ impl IbData<'_> {
         if !sleepable {
             return Err(EOPNOTSUPP);
         }
+        // User space must learn the id it puts in its UD WQEs.
+        if udata
+            .as_ref()
+            .is_some_and(|u| u.outlen() < CreateAhResp::MIN_SIZE)
+        {
+            return Err(EINVAL);
+        }
         let id = match self.ids.lock().ahs.alloc(1) {
             Some(id) if id < self.caps.max_ah.min(hw::MAX_AH) => id,
             Some(id) => {

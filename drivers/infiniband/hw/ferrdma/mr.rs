@@ -233,13 +233,14 @@ impl IbData<'_> {
                 Ok(())
             }
             Mr::Ring(ring) => {
+                // Under the lock `claim_ring` claims under, so a racing create cannot take
+                // the ring between the check and the removal.
+                let mut rings = self.rings.lock();
                 if ring.users.load(Relaxed) != 0 {
                     return Err(EBUSY);
                 }
                 let target: &RingReg = ring;
-                self.rings
-                    .lock()
-                    .retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
+                rings.retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
                 Ok(())
             }
         }

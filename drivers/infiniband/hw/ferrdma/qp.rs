@@ -336,16 +336,19 @@ impl IbData<'_> {
         udata: Option<&mut UData<'_>>,
     ) -> Result {
         let mut soft = qp.soft.lock();
-        let cur = if mask & m::CUR_STATE != 0 {
-            a.cur_state
-        } else {
-            soft.state
-        };
+        // The driver's own state decides (as in irdma); a consumer's claim must match it.
+        let cur = soft.state;
+        if mask & m::CUR_STATE != 0 && a.cur_state != cur {
+            return Err(EINVAL);
+        }
         let next = if mask & m::STATE != 0 { a.state } else { cur };
+        if !transition_ok(cur, next, qp.qp_type, mask) {
+            return Err(EINVAL);
+        }
 
         // libirdma's reflush: a QP already in ERR is "moved" to ERR again to flush WQEs
-        // posted since (irdma-abi §2.7).
-        if soft.state == QpState::Err && next == QpState::Err {
+        // posted since (irdma-abi §2.7). The table allows no other attribute with it.
+        if cur == QpState::Err && next == QpState::Err {
             let mut flags = 0;
             if let Some(u) = udata {
                 if u.inlen() >= ModifyQpReq::SIZE {
@@ -367,9 +370,6 @@ impl IbData<'_> {
             cmd.flags = flags;
             cmd.attrs = soft.attrs;
             return self.admin(&cmd.encode()).map(|_| ());
-        }
-        if !transition_ok(cur, next, qp.qp_type, mask) {
-            return Err(EINVAL);
         }
         // A QP cannot be reused after an error (the device keeps its ring indices).
         if soft.state == QpState::Err && next == QpState::Reset {
