@@ -545,17 +545,27 @@ def run(cfg: Config) -> RunResult:
     fabric: Child | None = None
     try:
         with _signals_raise():
-            # 0. The fabric, when asked for: one switch port per VM.
+            # 0. The fabric, when asked for: one switch port per VM. With NICs, the same
+            #    ferrdma-nic process serves every VM's NIC, so the NICs' RoCE engines sit on
+            #    that switch too (RDMA between the VMs goes through it).
             if cfg.fabric:
                 fabric_bin = cfg.nic or default_nic()
                 argv = [fabric_bin, "--pcap", os.path.join(logdir, "fabric.pcap")]
                 for n in range(1, cfg.vms + 1):
                     argv += ["--lan", f"{lan_sock}.{n}"]
+                if cfg.nic is not None:
+                    for n in range(1, cfg.vms + 1):
+                        argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),
+                                 "--mac", node_mac(n)]
                 fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
                 _wait_for_socket(f"{lan_sock}.{cfg.vms}", fabric, 15.0)
-            # 1. The NICs, each on its own socket.
+                if cfg.nic is not None:
+                    for n in range(1, cfg.vms + 1):
+                        _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), fabric, 15.0)
+                        nics[n - 1] = fabric
+            # 1. Without the fabric, the NICs run one process each.
             for i in range(cfg.vms):
-                if cfg.nic is None:
+                if cfg.nic is None or nics[i] is not None:
                     continue
                 sock = os.path.join(sockdir, f"nic{i + 1}.sock")
                 nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1)],

@@ -31,7 +31,8 @@ link_field() { rdma link show ferrdma0/1 | awk -v k="$1" '{ for (i = 1; i < NF; 
 
 load_ferrdma
 wait_probe 1 >/dev/null
-dmesg | grep -q "ferrdma .*: registered ferrdma0" || fail "no 'registered ferrdma0' line in dmesg"
+# grep reads all of dmesg (no -q): an early exit would SIGPIPE dmesg and fail the pipeline.
+dmesg | grep "ferrdma .*: registered ferrdma0" >/dev/null || fail "no 'registered ferrdma0' line in dmesg"
 [ -d "$port" ] || fail "$port does not exist"
 
 mac=$(cat /sys/class/net/eth0/address)
