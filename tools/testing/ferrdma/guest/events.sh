@@ -4,7 +4,7 @@
 # A test is a one-line wrapper:
 #     . "$FERRDMA_HARNESS/guest/events.sh"; events_main KIND TEST [PROGRAM ARGS...]
 # KIND picks the device (rdma_dev_up): "rxe" is soft RoCE on eth0 (rdma_rxe and the UDP
-# tunnel modules from the booted kernel's build tree). TEST is one of the verbs test programs
+# tunnel modules from the booted kernel's build tree), "ferrdma" the VM's ferrdma NIC. TEST is one of the verbs test programs
 # (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
 # twice: a channel per thread, then one channel shared by all threads), "destroy"
 # (destroy-race), "errors" (error-events) or "async" (async-events, while the link goes down
@@ -54,6 +54,15 @@ rdma_dev_up() {
 		EVENTS_DEV=rxe0
 		EVENTS_LINK_TOGGLE='ip link set eth0 down; sleep 2; ip link set eth0 up'
 		;;
+	ferrdma)
+		need_nic
+		load_ferrdma
+		wait_probe 1 >/dev/null
+		EVENTS_DEV=ferrdma0
+		# The port follows the virtio-net it is bound to (same MAC): ib_core reports its
+		# link changes as port events.
+		EVENTS_LINK_TOGGLE='ip link set eth0 down; sleep 2; ip link set eth0 up'
+		;;
 	*)
 		fail "rdma_dev_up: unknown device kind $1"
 		;;
@@ -69,6 +78,9 @@ rdma_dev_down() {
 		rdma link delete "$EVENTS_DEV" || fail "rdma link delete $EVENTS_DEV failed"
 		rmmod rdma_rxe ip6_udp_tunnel udp_tunnel || fail "rmmod of rdma_rxe and the UDP tunnel modules failed"
 		[ ! -d /sys/module/rdma_rxe ] || fail "rdma_rxe is still loaded after rmmod"
+		;;
+	ferrdma)
+		unload_ferrdma
 		;;
 	esac
 }

@@ -1,0 +1,10 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=300
+#
+# Destroying QPs and CQs while their completions and events are in flight, on soft RoCE
+# (rxe0 on eth0), as a baseline for ferrdma: 300 create/arm/post/destroy rounds with a thread
+# acknowledging events meanwhile; no hang, and the kernel log (lockdep, list debugging) and
+# kmemleak stay clean (progs/destroy-race.c; guest/events.sh).
+. "$FERRDMA_HARNESS/guest/events.sh"
+events_main ferrdma destroy -i 300 "$@"

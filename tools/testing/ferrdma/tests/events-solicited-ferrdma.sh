@@ -1,0 +1,9 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=300
+#
+# CQ arming and completion events on ferrdma0 (the same program as the rxe baseline):
+# solicited-only arms ignore unsolicited completions and wake on a solicited one, one event
+# per arm, completions racing the arm are not lost (progs/solicited-events.c; guest/events.sh).
+. "$FERRDMA_HARNESS/guest/events.sh"
+events_main ferrdma solicited --error-wakes "$@"

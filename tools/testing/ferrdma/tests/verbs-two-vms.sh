@@ -1,0 +1,62 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=2 timeout=900
+#
+# RDMA between two VMs, each with its own ferrdma NIC, over the NIC process's fabric: stock
+# ibv_rc_pingpong (with data check, and event-driven), ibv_ud_pingpong, and perftest's
+# ib_send_bw, ib_write_bw, ib_read_bw over sizes 2 B..8 MiB and ib_send_lat.
+# Node 2 serves, node 1 connects to it through node 2's RoCE v2 GID; every run must pass on
+# both sides and report its result rows. Then no objects are left and kmemleak is clean.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+need_nic
+[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
+
+kmemleak_clear
+load_ferrdma
+wait_probe 1 >/dev/null
+gid=$(wait_gid ferrdma0)
+ping_peer "$FERRDMA_PEER_IP" 90
+barrier up 180
+
+step=0
+# run ROWS TOOL ARGS...: node 2 serves, node 1 connects; ROWS result rows (perftest) or 0.
+run() {
+	local rows=$1 tool=$2; shift 2
+	step=$((step + 1))
+	if [ "$FERRDMA_NODE" = 2 ]; then
+		"$tool" -d ferrdma0 "$@" > /tmp/out.log 2>&1 &
+		local pid=$!
+		wait_listen 18515
+		barrier "listen-$step" 120
+		wait "$pid" || { cat /tmp/out.log; fail "$tool $* failed (server)"; }
+	else
+		barrier "listen-$step" 120
+		timeout 300 "$tool" -d ferrdma0 "$@" "$FERRDMA_PEER_IP" > /tmp/out.log 2>&1 \
+			|| { cat /tmp/out.log; fail "$tool $* failed (client)"; }
+	fi
+	# The client reports; a passive server (WRITE, READ) prints no rows per size.
+	if [ "$rows" -gt 0 ] && [ "$FERRDMA_NODE" = 1 ]; then
+		local got
+		got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/out.log)
+		[ "$got" -ge "$rows" ] || { cat /tmp/out.log; fail "$tool $*: $got result rows, expected $rows"; }
+		note "$tool $*: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/out.log | tail -1 | tr -s ' \t' ' ')"
+	elif [ "$rows" = 0 ]; then
+		note "$tool $*: $(grep -E 'bytes in' /tmp/out.log | head -1)"
+	fi
+	barrier "done-$step" 300
+}
+
+run 0 ibv_rc_pingpong -g "$gid" -n 500 -s 4096 -c
+run 0 ibv_rc_pingpong -g "$gid" -n 200 -s 65536 -m 1024
+run 0 ibv_rc_pingpong -g "$gid" -n 300 -e
+run 0 ibv_ud_pingpong -g "$gid" -n 500 -s 1024
+run 21 ib_send_bw -x "$gid" -a -n 10 -m 1024
+run 21 ib_write_bw -x "$gid" -a -n 10
+run 21 ib_read_bw -x "$gid" -a -n 10
+run 1 ib_send_lat -x "$gid" -s 64 -n 200
+expect_no_verbs_objects
+barrier finished 120
+
+unload_ferrdma
+kmemleak_check "verbs between two VMs"
+note "verbs-two-vms test passed on node $FERRDMA_NODE"
