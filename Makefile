@@ -5,6 +5,7 @@
 #
 #   make run     boot VMs with ferrdma NICs on one fabric and run the demo
 #   make check   all tests: device-model unit tests, kernel build, KUnit and VM tests
+#   make bench   perftest on ferrdma and on rxe in the same VM, one table
 #
 # Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
 # $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
@@ -13,7 +14,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic progs run check check-nic check-vm fmt clean-cache
+.PHONY: all help sysroot kernel nic progs run bench check check-nic check-vm fmt clean-cache
 
 all: kernel nic
 
@@ -35,6 +36,10 @@ progs:
 
 run: kernel nic
 	@scripts/run-demo.sh
+
+bench: kernel nic
+	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --timeout 900 \
+		/ferrdma/src/tools/testing/ferrdma/bench/bench.sh
 
 check:
 	@scripts/check.sh
