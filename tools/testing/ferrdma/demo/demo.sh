@@ -14,21 +14,28 @@ ibv_devices | sed "s/^/$me: /"
 ibv_devinfo -d ferrdma0 | grep -E 'hca_id|fw_ver|node_guid|vendor|hw_ver|state|active_mtu|link_layer' | sed "s/^/$me: /"
 gid=$(wait_gid ferrdma0)
 echo "$me: RoCE v2 GID index $gid: $(cat /sys/class/infiniband/ferrdma0/ports/1/gids/$gid)"
-# Stock libibverbs + libirdma + perftest on this VM's ferrdma0, two processes talking through
-# the NIC (its loopback path): user MRs, CQs, QPs, doorbells, CQ events.
+# Stock libibverbs + libirdma + perftest: first two processes of this VM through its own NIC
+# (the NIC's loopback), then, with two VMs, node 2 serving and node 1 connecting over the
+# fabric, RoCEv2 on the wire between the two NICs.
 ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 200 -s 4096 -e > /tmp/pp-server.log 2>&1 &
 wait_listen 18515
-ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 200 -s 4096 -e 127.0.0.1 | grep -E 'bytes in|iters in' | sed "s/^/$me: ibv_rc_pingpong -e: /"
+ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 200 -s 4096 -e 127.0.0.1 | grep -E 'bytes in|iters in' | sed "s/^/$me: ibv_rc_pingpong -e (loopback): /"
 wait
-ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 500 > /tmp/bw-server.log 2>&1 &
-wait_listen 18515
-ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 500 127.0.0.1 | grep -E '^ +#bytes|^ +65536' | sed "s/^/$me: ib_write_bw: /"
-wait
-grep -E 'ferrdma' /proc/interrupts | awk -v me="$me" '{ print me ": irq " $1 " " $(NF-1) " " $NF " count " $2 + $3 }' || true
 if [ -n "${FERRDMA_PEER_IP:-}" ]; then
 	ping -c 2 -W 5 "$FERRDMA_PEER_IP" | sed "s/^/$me: /"
-	barrier pinged 120   # stay up until the peer has pinged us too
+	if [ "$FERRDMA_NODE" = 2 ]; then
+		ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 1000 > /tmp/bw.log 2>&1 &
+		wait_listen 18515
+		barrier listening 120
+		wait
+	else
+		barrier listening 120
+		ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 1000 "$FERRDMA_PEER_IP" > /tmp/bw.log 2>&1
+	fi
+	grep -E '^ +#bytes|^ +65536' /tmp/bw.log | sed "s/^/$me: ib_write_bw vm1 -> vm2: /" || true
+	barrier done 120   # stay up until the peer is done too
 fi
+grep -E 'ferrdma' /proc/interrupts | awk -v me="$me" '{ print me ": irq " $1 " " $(NF-1) " " $NF " count " $2 + $3 }' || true
 rmmod ferrdma
 dmesg | grep -E 'ferrdma .*: removed' | sed "s/^/$me: dmesg: /"
 echo "$me: demo done"
