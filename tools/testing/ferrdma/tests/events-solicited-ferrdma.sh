@@ -4,6 +4,8 @@
 #
 # CQ arming and completion events on ferrdma0 (the same program as the rxe baseline):
 # solicited-only arms ignore unsolicited completions and wake on a solicited one, one event
-# per arm, completions racing the arm are not lost (progs/solicited-events.c; guest/events.sh).
+# per arm, completions that preceded the arm are found, error completions wake a solicited-only
+# arm (progs/solicited-events.c; guest/events.sh). The rounds of completions racing the arm
+# (check 6b) are events-race-ferrdma, skipped while a lost event there is open (issue 6).
 . "$FERRDMA_HARNESS/guest/events.sh"
-events_main ferrdma solicited --error-wakes "$@"
+events_main ferrdma solicited --error-wakes -r 0 "$@"

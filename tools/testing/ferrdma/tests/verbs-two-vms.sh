@@ -4,7 +4,7 @@
 #
 # RDMA between two VMs, each with its own ferrdma NIC, over the NIC process's fabric: stock
 # ibv_rc_pingpong (with data check, and event-driven), ibv_ud_pingpong, and perftest's
-# ib_send_bw, ib_write_bw, ib_read_bw over sizes 2 B..8 MiB and ib_send_lat.
+# ib_send_bw, ib_write_bw, ib_read_bw and the three latency tools over sizes 2 B..8 MiB.
 # Node 2 serves, node 1 connects to it through node 2's RoCE v2 GID; every run must pass on
 # both sides and report its result rows. Then no objects are left and kmemleak is clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -53,7 +53,9 @@ run 0 ibv_ud_pingpong -g "$gid" -n 500 -s 1024
 run 21 ib_send_bw -x "$gid" -a -n 10 -m 1024
 run 21 ib_write_bw -x "$gid" -a -n 10
 run 21 ib_read_bw -x "$gid" -a -n 10
-run 1 ib_send_lat -x "$gid" -s 64 -n 200
+run 23 ib_send_lat -x "$gid" -a -n 20
+run 23 ib_write_lat -x "$gid" -a -n 20
+run 23 ib_read_lat -x "$gid" -a -n 20
 expect_no_verbs_objects
 barrier finished 120
 
