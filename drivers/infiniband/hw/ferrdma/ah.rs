@@ -38,14 +38,12 @@ impl IbData<'_> {
         {
             return Err(EINVAL);
         }
-        let id = match self.ids.lock().ahs.alloc(1) {
-            Some(id) if id < self.caps.max_ah.min(hw::MAX_AH) => id,
-            Some(id) => {
-                self.ids.lock().ahs.free(id);
-                return Err(ENOMEM);
-            }
-            None => return Err(ENOMEM),
-        };
+        let id = self
+            .ids
+            .lock()
+            .ahs
+            .alloc_in(1, self.caps.max_ah.min(hw::MAX_AH))
+            .ok_or(ENOMEM)?;
         let mut cmd = hw::CreateAh::decode(&[0; hw::CreateAh::SIZE]);
         cmd.hdr = header(hw::admin_op::CREATE_AH);
         cmd.ah_id = id;

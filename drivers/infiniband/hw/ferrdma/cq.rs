@@ -109,14 +109,12 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         let pages = PageList::new(self.dev, ring.pages(0, used)?, hw::QUEUE_PAGE_SIZE)?;
-        let id = {
-            let mut ids = self.ids.lock();
-            ids.cqs.alloc(1).ok_or(ENOMEM)?
-        };
-        if id >= self.caps.max_cq.min(hw::MAX_CQ) {
-            self.ids.lock().cqs.free(id);
-            return Err(ENOMEM);
-        }
+        let id = self
+            .ids
+            .lock()
+            .cqs
+            .alloc_in(1, self.caps.max_cq.min(hw::MAX_CQ))
+            .ok_or(ENOMEM)?;
         let mut cmd = hw::CreateCq::decode(&[0; hw::CreateCq::SIZE]);
         cmd.hdr = header(hw::admin_op::CREATE_CQ);
         cmd.cq_id = id;

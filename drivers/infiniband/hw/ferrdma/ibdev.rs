@@ -105,6 +105,16 @@ impl Tables {
         }
     }
 
+    /// The event handle of CQ `id`, if it has one (a clone, so delivery runs unlocked).
+    fn cq(&self, id: usize) -> Option<CqEvents> {
+        self.cqs.get(id).cloned().flatten()
+    }
+
+    /// The event handle of QP `id`, if it has one.
+    fn qp(&self, id: usize) -> Option<QpEvents> {
+        self.qps.get(id).cloned().flatten()
+    }
+
     pub(crate) fn set_qp(&mut self, id: u32, v: Option<QpEvents>) {
         if let Some(slot) = self.qps.get_mut(id as usize) {
             *slot = v;
@@ -184,13 +194,13 @@ impl<'a> IbData<'a> {
         let id = e.id as usize;
         match (e.kind, e.code) {
             (eqe_kind::CQ, ae::CQ_COMPLETION) => {
-                let h = self.tables.lock().cqs.get(id).cloned().flatten();
+                let h = self.tables.lock().cq(id);
                 if let Some(h) = h {
                     h.completion();
                 }
             }
             (eqe_kind::CQ, ae::CQ_OVERFLOW | ae::CQ_ACCESS) => {
-                let h = self.tables.lock().cqs.get(id).cloned().flatten();
+                let h = self.tables.lock().cq(id);
                 if let Some(h) = h {
                     h.error();
                 }
@@ -203,7 +213,7 @@ impl<'a> IbData<'a> {
                     ae::QP_SQ_DRAINED => QpEvent::SqDrained,
                     _ => QpEvent::Fatal,
                 };
-                let h = self.tables.lock().qps.get(id).cloned().flatten();
+                let h = self.tables.lock().qp(id);
                 if let Some(h) = h {
                     h.event(ev);
                 }

@@ -36,6 +36,18 @@ impl<const WORDS: usize> IdBitmap<WORDS> {
         None
     }
 
+    /// Takes the lowest free id in `min..limit` (a device limit below the pool's size);
+    /// `None` when all of them are taken.
+    pub(crate) fn alloc_in(&mut self, min: u32, limit: u32) -> Option<u32> {
+        let id = self.alloc(min)?;
+        if id < limit {
+            Some(id)
+        } else {
+            self.free(id);
+            None
+        }
+    }
+
     /// Returns `id` to the pool; ids out of range or not taken are ignored.
     pub(crate) fn free(&mut self, id: u32) {
         if let Some(w) = self.words.get_mut((id / 64) as usize) {
@@ -78,5 +90,17 @@ mod tests {
         assert_eq!(b.alloc(0), None);
         b.free(63);
         assert_eq!(b.alloc(0), Some(63));
+    }
+
+    #[test]
+    fn alloc_in_respects_the_limit() {
+        let mut b = IdBitmap::<2>::new();
+        assert_eq!(b.alloc_in(1, 3), Some(1));
+        assert_eq!(b.alloc_in(1, 3), Some(2));
+        assert_eq!(b.alloc_in(1, 3), None);
+        // The refused id went back: a wider limit gets it.
+        assert_eq!(b.alloc_in(1, 4), Some(3));
+        b.free(2);
+        assert_eq!(b.alloc_in(1, 3), Some(2));
     }
 }

@@ -104,6 +104,15 @@ pub(crate) fn mr_access(a: Access) -> Result<u32> {
     Ok(bits)
 }
 
+/// The bus addresses of `umem`'s `n` blocks of `pgsz` bytes.
+fn dma_addresses(umem: &Umem, pgsz: u64, n: usize) -> Result<KVec<u64>> {
+    let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
+    for a in umem.dma_blocks(pgsz)? {
+        addrs.push(a, GFP_KERNEL)?;
+    }
+    Ok(addrs)
+}
+
 /// The STag of MR table entry `index` with consumer key `key`.
 pub(crate) const fn stag(index: u32, key: u8) -> u32 {
     (index << 8) | key as u32
@@ -148,10 +157,7 @@ impl IbData<'_> {
         if n < need as usize || n > hw::MAX_PBL_PAGES as usize {
             return Err(EINVAL);
         }
-        let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
-        for a in umem.dma_blocks(RING_PAGE)? {
-            pages.push(a, GFP_KERNEL)?;
-        }
+        let pages = dma_addresses(&umem, RING_PAGE, n)?;
         let ring = Arc::new(
             RingReg {
                 owner: ctx.db_page(),
@@ -183,23 +189,19 @@ impl IbData<'_> {
         if n == 0 || n > hw::MAX_PBL_PAGES as usize {
             return Err(EINVAL);
         }
-        let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
-        for a in umem.dma_blocks(pgsz)? {
-            addrs.push(a, GFP_KERNEL)?;
-        }
+        let addrs = dma_addresses(&umem, pgsz, n)?;
         let pages = PageList::new(self.dev, &addrs, pgsz)?;
         drop(addrs);
 
         let (index, key) = {
             let mut ids = self.ids.lock();
-            let index = ids.mrs.alloc(1).ok_or(ENOMEM)?;
+            let index = ids
+                .mrs
+                .alloc_in(1, self.caps.max_mr.min(hw::MAX_MR))
+                .ok_or(ENOMEM)?;
             ids.mr_key = ids.mr_key.wrapping_add(0x35);
             (index, ids.mr_key)
         };
-        if index >= self.caps.max_mr.min(hw::MAX_MR) {
-            self.ids.lock().mrs.free(index);
-            return Err(ENOMEM);
-        }
         let stag = stag(index, key);
         let mut cmd = hw::RegMr::decode(&[0; hw::RegMr::SIZE]);
         cmd.hdr = header(hw::admin_op::REG_MR);

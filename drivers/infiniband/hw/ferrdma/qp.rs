@@ -251,17 +251,10 @@ impl IbData<'_> {
                 return Err(e);
             }
         };
-        let id = match self.ids.lock().qps.alloc(2) {
-            Some(id) if id < self.caps.max_qp.min(hw::MAX_QP) => id,
-            Some(id) => {
-                self.ids.lock().qps.free(id);
-                ring.release();
-                return Err(ENOMEM);
-            }
-            None => {
-                ring.release();
-                return Err(ENOMEM);
-            }
+        let limit = self.caps.max_qp.min(hw::MAX_QP);
+        let Some(id) = self.ids.lock().qps.alloc_in(2, limit) else {
+            ring.release();
+            return Err(ENOMEM);
         };
         let mut attrs = hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE]);
         attrs.udp_sport = udp_sport(0, id, 0);
