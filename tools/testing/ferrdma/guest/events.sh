@@ -20,23 +20,18 @@ EVENTS_GID_INDEX=
 EVENTS_LINK_TOGGLE=
 RXE_MODULES=(net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/sw/rxe/rdma_rxe.ko)
 
-# wait_rocev2_gid DEVICE [SECONDS]: waits (default 30 s) until port 1 of DEVICE has a RoCE v2
-# GID holding an IPv4-mapped address (ib_core adds it some time after the device appears);
-# sets EVENTS_GID_INDEX to its index.
+# wait_rocev2_gid DEVICE [SECONDS]: waits (default 30 s) until port 1 of DEVICE has the RoCE
+# v2 GID of this VM's IPv4 address (ib_core adds it some time after the device appears;
+# lib.sh's roce_v2_gid_index finds it); sets EVENTS_GID_INDEX to its index.
 wait_rocev2_gid() {
-	local dev=$1 secs=${2:-30} port=/sys/class/infiniband/$1/ports/1 i idx type gid
+	local dev=$1 secs=${2:-30} i idx
 	for ((i = 0; i < secs * 5; i++)); do
-		for ((idx = 0; idx < 64; idx++)); do
-			# Builtin reads: an empty entry's type file fails to read (EINVAL).
-			read -r type < "$port/gid_attrs/types/$idx" 2>/dev/null || continue
-			[ "$type" = "RoCE v2" ] || continue
-			read -r gid < "$port/gids/$idx" || continue
-			if [[ $gid == 0000:0000:0000:0000:0000:ffff:* ]]; then
-				EVENTS_GID_INDEX=$idx
-				note "$dev: RoCE v2 GID $idx is $gid"
-				return 0
-			fi
-		done
+		idx=$(roce_v2_gid_index "$dev")
+		if [ -n "$idx" ]; then
+			EVENTS_GID_INDEX=$idx
+			note "$dev: RoCE v2 GID $idx is $(cat "/sys/class/infiniband/$dev/ports/1/gids/$idx")"
+			return 0
+		fi
 		sleep 0.2
 	done
 	ip addr show eth0 >&2 || true
