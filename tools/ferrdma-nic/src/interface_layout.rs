@@ -39,6 +39,7 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(CreateQp, rq_ring), 56);
     assert_eq!(offset_of!(CreateQp, shadow_addr), 72);
     assert_eq!(offset_of!(CreateQp, compl_ctx), 80);
+    assert_eq!(offset_of!(CreateQp, flags), 88);
     assert_eq!(offset_of!(ModifyQp, attr_mask), 12);
     assert_eq!(offset_of!(ModifyQp, flags), 16);
     assert_eq!(offset_of!(ModifyQp, attrs), 24);
@@ -58,6 +59,7 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(QpQueryOut, pd), 68);
     assert_eq!(offset_of!(QpQueryOut, sq_tail), 80);
     assert_eq!(offset_of!(QpQueryOut, rq_tail), 84);
+    assert_eq!(offset_of!(QpQueryOut, flags), 88);
     assert_eq!(offset_of!(RegMr, pd), 12);
     assert_eq!(offset_of!(RegMr, access), 16);
     assert_eq!(offset_of!(RegMr, page_shift), 20);

@@ -700,12 +700,25 @@ wire_struct! {
         pub shadow_addr: u64,
         /// Written verbatim to qw1 of every CQE of this QP (libirdma's `user_compl_ctx`).
         pub compl_ctx: u64,
+        /// [`QP_FLAG_PRIVILEGED`]; any other bit set fails the command with INVALID.
+        pub flags: u32,
         /// Reserved, 0.
-        pub rsvd: [u8; 32],
+        pub rsvd: [u8; 28],
         /// Reserved, 0.
         pub rsvd1: [u8; 8],
     }
 }
+
+/// [`CreateQp::flags`] bit: the QP was created by the kernel driver for a kernel consumer;
+/// its local accesses may use [`LOCAL_DMA_STAG`].
+pub const QP_FLAG_PRIVILEGED: u32 = 1 << 0;
+/// Every defined [`CreateQp::flags`] bit.
+pub const QP_FLAG_ALL: u32 = QP_FLAG_PRIVILEGED;
+/// The local DMA STag (Linux `local_dma_lkey`): index 0, key 0. A local SGE of a
+/// [`QP_FLAG_PRIVILEGED`] QP with this lkey carries a bus address used as is (any PD, local
+/// read and write). MR table index 0 is reserved for it: REG_MR with index 0 fails INVALID.
+/// Anywhere else (an rkey, an unprivileged QP, LOCAL_INV) it is an unknown STag.
+pub const LOCAL_DMA_STAG: u32 = 0;
 
 /// QP states.
 pub mod qp_state {
@@ -880,8 +893,10 @@ wire_struct! {
         pub sq_tail: u32,
         /// RQ tail (WQEs).
         pub rq_tail: u32,
+        /// The QP's [`CreateQp::flags`].
+        pub flags: u32,
         /// Reserved.
-        pub rsvd: [u8; 8],
+        pub rsvd: [u8; 4],
     }
 }
 

@@ -4,16 +4,17 @@
 use std::mem::offset_of;
 
 use crate::interface::{
-    admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, AdminHeader, Caps,
-    CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp, PageList, QpAttrs,
-    QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE, AV_FLAG_IPV4, AV_FLAG_VLAN,
-    CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ, EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP,
-    MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES, MAX_GID, MAX_INLINE, MAX_MR,
-    MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA,
-    MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ,
-    MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS,
-    PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE,
-    QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
+    admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, stag_index,
+    AdminHeader, Caps, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
+    PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE,
+    AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ,
+    EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES,
+    MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP,
+    MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES,
+    MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH,
+    MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ,
+    QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD,
+    QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
 };
 
 use super::cq::Cq;
@@ -367,6 +368,11 @@ impl Engine {
             st::INVALID,
             offset_of!(CreateQp, shadow_addr),
         )?;
+        check(
+            c.flags & !QP_FLAG_ALL == 0,
+            st::INVALID,
+            offset_of!(CreateQp, flags),
+        )?;
         let sq = ring(
             env,
             &c.sq_ring,
@@ -392,6 +398,7 @@ impl Engine {
             rq,
             shadow: c.shadow_addr,
             compl_ctx: c.compl_ctx,
+            privileged: c.flags & QP_FLAG_PRIVILEGED != 0,
             attrs: QpAttrs {
                 path_mtu: 5,
                 udp_sport: 0xc000,
@@ -636,7 +643,8 @@ impl Engine {
             recv_cq: qp.recv_cq,
             sq_tail: qp.sq_tail,
             rq_tail: qp.rq_tail,
-            rsvd: [0; 8],
+            flags: if qp.privileged { QP_FLAG_PRIVILEGED } else { 0 },
+            rsvd: [0; 4],
         };
         write_out(env, q, &out.encode())?;
         Ok(0)
@@ -654,6 +662,8 @@ impl Engine {
     fn reg_mr(&mut self, env: &Env<'_>, c: &RegMr) -> CmdResult {
         let s = offset_of!(RegMr, stag);
         check(super::mr::MrTable::in_range(c.stag), st::BAD_ID, s)?;
+        // Index 0 is the local DMA STag's: never a registered MR.
+        check(stag_index(c.stag) != 0, st::INVALID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
         check(c.pd < MAX_PD, st::INVALID, offset_of!(RegMr, pd))?;
         check(

@@ -21,6 +21,8 @@ pub struct Qp {
     pub rq: Ring,
     pub shadow: u64,
     pub compl_ctx: u64,
+    /// Created with `QP_FLAG_PRIVILEGED`: local accesses may use `LOCAL_DMA_STAG`.
+    pub privileged: bool,
     pub attrs: QpAttrs,
     /// Attribute groups set at least once (`qp_attr` bits).
     pub have: u32,
