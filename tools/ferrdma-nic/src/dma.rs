@@ -58,6 +58,9 @@ pub trait GuestMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
     /// Writes `data` to guest memory at `addr`, or fails without writing anything.
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError>;
+    /// Whether `len` bytes at `addr` could be read (or written, with `write`) now, without
+    /// touching them.
+    fn probe(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError>;
 }
 
 /// Guest memory as seen through the PCI command register: with Bus Master Enable off the
@@ -80,6 +83,13 @@ impl GuestMemory for BusMasterGate<'_> {
             return Err(DmaError::BusMasterOff);
         }
         self.mem.write(addr, data)
+    }
+
+    fn probe(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError> {
+        if !self.enabled {
+            return Err(DmaError::BusMasterOff);
+        }
+        self.mem.probe(addr, len, write)
     }
 }
 
@@ -264,6 +274,11 @@ impl DmaSpace {
 }
 
 impl GuestMemory for DmaSpace {
+    fn probe(&self, addr: u64, len: u64, write: bool) -> Result<(), DmaError> {
+        let n = usize::try_from(len).map_err(|_| DmaError::Overflow { addr, len })?;
+        self.segments(addr, n, write).map(|_| ())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
         let segs = self.segments(addr, buf.len(), false)?;
         let mut done = 0usize;

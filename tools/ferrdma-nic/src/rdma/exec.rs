@@ -10,6 +10,8 @@ use crate::interface::{
     UD_GRH_SIZE,
 };
 
+use crate::dma::GuestMemory;
+
 use super::cq::CqeData;
 use super::mr::{AccessFault, Need, Seg};
 use super::qp::Qp;
@@ -440,14 +442,21 @@ impl Engine {
         self.enter_err(env, qp_id, true, false);
     }
 
-    /// The local payload of a send or write.
-    pub(super) fn gather(&self, pd: u32, w: &SqWqe) -> Result<Src, AccessFault> {
+    /// The local payload of a send or write. `dma` is the guest memory for a privileged QP
+    /// (which may use the local DMA STag), `None` otherwise.
+    pub(super) fn gather(
+        &self,
+        dma: Option<&dyn GuestMemory>,
+        pd: u32,
+        w: &SqWqe,
+    ) -> Result<Src, AccessFault> {
         if let Some(d) = &w.inline {
             return Ok(Src::Bytes(d.clone()));
         }
         let mut segs = Vec::new();
         for s in &w.sges {
-            segs.extend(self.mrs.translate(
+            segs.extend(self.mrs.translate_as(
+                dma,
                 s.stag,
                 pd,
                 s.addr,
@@ -458,8 +467,15 @@ impl Engine {
         Ok(Src::Segs(segs))
     }
 
-    /// Scatter segments for `len` bytes over `sges` (checked up to what is needed).
-    pub(super) fn scatter(&self, pd: u32, sges: &[Sge], len: u64) -> Result<Vec<Seg>, AccessFault> {
+    /// Scatter segments for `len` bytes over `sges` (checked up to what is needed); `dma` as
+    /// for [`Engine::gather`].
+    pub(super) fn scatter(
+        &self,
+        dma: Option<&dyn GuestMemory>,
+        pd: u32,
+        sges: &[Sge],
+        len: u64,
+    ) -> Result<Vec<Seg>, AccessFault> {
         let mut left = len;
         let mut segs = Vec::new();
         for s in sges {
@@ -469,7 +485,7 @@ impl Engine {
             let take = u64::from(s.len).min(left);
             segs.extend(
                 self.mrs
-                    .translate(s.stag, pd, s.addr, take, Need::LocalWrite)?,
+                    .translate_as(dma, s.stag, pd, s.addr, take, Need::LocalWrite)?,
             );
             left -= take;
         }
@@ -518,6 +534,7 @@ impl Engine {
             return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
         };
         let (pd, ty) = (qp.pd, qp.qp_type);
+        let dma = qp.privileged.then_some(env.mem);
         let ud = matches!(ty, QP_TYPE_UD | QP_TYPE_GSI);
         match w.opcode {
             sq_op::NOP => return Outcome::Done(0),
@@ -542,7 +559,7 @@ impl Engine {
         if w.opcode == sq_op::RDMA_READ {
             return self.rdma_read(env, qp_id, pd, w);
         }
-        let src = match self.gather(pd, w) {
+        let src = match self.gather(dma, pd, w) {
             Ok(s) => s,
             Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
         };
@@ -707,7 +724,8 @@ impl Engine {
     }
 
     fn rdma_read(&mut self, env: &Env<'_>, qp_id: u32, pd: u32, w: &SqWqe) -> Outcome {
-        let local = match self.scatter(pd, &w.sges, w.len) {
+        let dma = self.qp(qp_id).filter(|q| q.privileged).map(|_| env.mem);
+        let local = match self.scatter(dma, pd, &w.sges, w.len) {
             Ok(s) => s,
             Err(_) => return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
         };
@@ -768,6 +786,7 @@ impl Engine {
             return Recv::Dropped;
         };
         let (pd, shift, tail) = (d.pd, d.rq_shift, d.rq_tail);
+        let dma = d.privileged.then_some(env.mem);
         let wqe_bytes = QUANTUM << shift;
         let mut b = vec![0u8; wqe_bytes];
         if env.mem.read(d.rq.addr(tail), &mut b).is_err() {
@@ -808,7 +827,7 @@ impl Engine {
                 return Recv::Nak(flush::REM_INV_REQ);
             }
         }
-        let segs = match self.scatter(pd, &sges, need) {
+        let segs = match self.scatter(dma, pd, &sges, need) {
             Ok(s) => s,
             Err(f) => {
                 log::debug!("QP {dest}: receive scatter refused: {f}");

@@ -4,10 +4,14 @@
 //! matches, the MR has not been invalidated, the PD matches, the range lies inside the MR
 //! (overflow-checked), and the MR grants the right. Only then is the range translated into
 //! bus-address segments, one per page (adjacent pages merged).
+//!
+//! A privileged QP's local accesses may also name [`LOCAL_DMA_STAG`]: the address is then a
+//! bus address used as is, checked only against guest memory (see [`MrTable::translate_as`]).
 
+use crate::dma::GuestMemory;
 use crate::interface::{
-    stag_index, MAX_MR, MR_ACCESS_LOCAL_WRITE, MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE,
-    MR_ACCESS_ZERO_BASED,
+    stag_index, LOCAL_DMA_STAG, MAX_MR, MR_ACCESS_LOCAL_WRITE, MR_ACCESS_REMOTE_READ,
+    MR_ACCESS_REMOTE_WRITE, MR_ACCESS_ZERO_BASED,
 };
 
 /// One contiguous piece of guest memory: bus address and length.
@@ -218,6 +222,58 @@ impl MrTable {
             return Ok(());
         }
         self.permitted(stag, pd, need)?.bounds(va, len).map(|_| ())
+    }
+
+    /// Whether an access of a QP that may use the local DMA STag (`dma` is `Some` for a
+    /// privileged QP) is an identity translation: a local access through [`LOCAL_DMA_STAG`].
+    fn local_dma(dma: Option<&dyn GuestMemory>, stag: u32, need: Need) -> Option<&dyn GuestMemory> {
+        let local = matches!(need, Need::LocalRead | Need::LocalWrite);
+        dma.filter(|_| local && stag == LOCAL_DMA_STAG)
+    }
+
+    /// A local DMA STag access: `[va, va + len)` must not wrap and must be accessible guest
+    /// memory (writable for a scatter); a fault is reported like a range outside an MR.
+    fn probe(mem: &dyn GuestMemory, va: u64, len: u64, need: Need) -> Result<(), AccessFault> {
+        va.checked_add(len).ok_or(AccessFault::Bounds)?;
+        mem.probe(va, len, need == Need::LocalWrite)
+            .map_err(|_| AccessFault::Bounds)
+    }
+
+    /// [`MrTable::translate`] for a QP that may use [`LOCAL_DMA_STAG`] when `dma` is `Some`
+    /// (its guest memory): a local access through that STag translates to itself, for any
+    /// PD, and is refused if the range is not accessible guest memory. Remote accesses and
+    /// QPs without `dma` see STag 0 as an unknown STag (MR index 0 is never registered).
+    pub fn translate_as(
+        &self,
+        dma: Option<&dyn GuestMemory>,
+        stag: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        need: Need,
+    ) -> Result<Vec<Seg>, AccessFault> {
+        match Self::local_dma(dma, stag, need) {
+            Some(_) if len == 0 => Ok(Vec::new()),
+            Some(mem) => Self::probe(mem, va, len, need).map(|()| vec![(va, len)]),
+            None => self.translate(stag, pd, va, len, need),
+        }
+    }
+
+    /// [`MrTable::check`] with the local DMA STag rule of [`MrTable::translate_as`].
+    pub fn check_as(
+        &self,
+        dma: Option<&dyn GuestMemory>,
+        stag: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        need: Need,
+    ) -> Result<(), AccessFault> {
+        match Self::local_dma(dma, stag, need) {
+            Some(_) if len == 0 => Ok(()),
+            Some(mem) => Self::probe(mem, va, len, need),
+            None => self.check(stag, pd, va, len, need),
+        }
     }
 
     /// Invalidates the MR named by `stag` if it belongs to `pd`.

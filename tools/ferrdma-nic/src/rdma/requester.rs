@@ -168,7 +168,7 @@ impl Engine {
         let Some(qp) = self.qp(qp_id) else {
             return Outcome::Fail(flush::FATAL, ae::QP_FATAL);
         };
-        let pd = qp.pd;
+        let (pd, privileged) = (qp.pd, qp.privileged);
         let is_read = w.opcode == sq_op::RDMA_READ;
         let reads = qp.req.pending.iter().filter(|p| p.is_read()).count();
         let max_reads = usize::from(qp.attrs.max_rd_atomic.clamp(1, MAX_RD_ATOMIC));
@@ -189,8 +189,8 @@ impl Engine {
             len: u64::from(s.len),
         });
         let (kind, payload) = if is_read {
-            let dst = MrRange::new(pd, Need::LocalWrite, pieces, w.len);
-            if dst.check(&self.mrs).is_err() {
+            let dst = MrRange::new(pd, Need::LocalWrite, pieces, w.len).privileged(privileged);
+            if dst.check(&self.mrs, env.mem).is_err() {
                 return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
             }
             let kind = PendKind::Read {
@@ -203,8 +203,9 @@ impl Engine {
             let payload = match &w.inline {
                 Some(d) => Payload::Inline(d.clone()),
                 None => {
-                    let src = MrRange::new(pd, Need::LocalRead, pieces, w.len);
-                    if src.check(&self.mrs).is_err() {
+                    let src =
+                        MrRange::new(pd, Need::LocalRead, pieces, w.len).privileged(privileged);
+                    if src.check(&self.mrs, env.mem).is_err() {
                         return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
                     }
                     Payload::Guest(src)

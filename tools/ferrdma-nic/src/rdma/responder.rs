@@ -287,7 +287,7 @@ impl Engine {
         let Some(q) = self.qp(qpn) else {
             return Err(Verdict::Silent);
         };
-        let (pd, addr) = (q.pd, q.rq.addr(q.rq_tail));
+        let (pd, privileged, addr) = (q.pd, q.privileged, q.rq.addr(q.rq_tail));
         let mut b = vec![0u8; QUANTUM << q.rq_shift];
         if env.mem.read(addr, &mut b).is_err() {
             self.stats.dma_faults += 1;
@@ -304,8 +304,8 @@ impl Engine {
             va: s.addr,
             len: u64::from(s.len),
         });
-        let segs = MrRange::new(pd, Need::LocalWrite, pieces, cap);
-        match segs.check(&self.mrs) {
+        let segs = MrRange::new(pd, Need::LocalWrite, pieces, cap).privileged(privileged);
+        match segs.check(&self.mrs, env.mem) {
             Ok(()) => Ok(segs),
             Err(f) => {
                 log::debug!("QP {qpn}: receive scatter refused: {f}");
@@ -346,7 +346,7 @@ impl Engine {
         let checked = if q.attrs.access & right == 0 {
             Err(super::mr::AccessFault::Rights)
         } else {
-            range.check(&self.mrs)
+            range.check(&self.mrs, env.mem)
         };
         match checked {
             Ok(()) => Ok(range),
@@ -498,7 +498,7 @@ impl Engine {
             len,
         };
         let src = MrRange::new(pd, Need::RemoteRead, [piece], len);
-        if access & QP_ACCESS_REMOTE_READ == 0 || src.check(&self.mrs).is_err() {
+        if access & QP_ACCESS_REMOTE_READ == 0 || src.check(&self.mrs, env.mem).is_err() {
             return;
         }
         let psn = h.bth.psn;

@@ -116,10 +116,12 @@ pub struct Piece {
 }
 
 /// A message's memory as (STag, address, length) pieces of one PD, checked for `need`.
+/// A privileged QP's local range may use the local DMA STag ([`MrTable::translate_as`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MrRange {
     pd: u32,
     need: Need,
+    privileged: bool,
     pieces: Vec<Piece>,
     starts: Vec<u64>,
     len: u64,
@@ -146,10 +148,17 @@ impl MrRange {
         Self {
             pd,
             need,
+            privileged: false,
             pieces: kept,
             starts,
             len,
         }
+    }
+
+    /// The range of a QP created with `QP_FLAG_PRIVILEGED` if `privileged`.
+    pub fn privileged(mut self, privileged: bool) -> Self {
+        self.privileged = privileged;
+        self
     }
 
     pub fn len(&self) -> u64 {
@@ -160,17 +169,20 @@ impl MrRange {
         self.len == 0
     }
 
-    /// Checks every piece against the MR table now (key, PD, rights, bounds).
-    pub fn check(&self, mrs: &MrTable) -> Result<(), AccessFault> {
+    /// Checks every piece against the MR table now (key, PD, rights, bounds), or a local
+    /// DMA STag piece against guest memory.
+    pub fn check(&self, mrs: &MrTable, mem: &dyn GuestMemory) -> Result<(), AccessFault> {
+        let dma = self.privileged.then_some(mem);
         self.pieces
             .iter()
-            .try_for_each(|p| mrs.check(p.stag, self.pd, p.va, p.len, self.need))
+            .try_for_each(|p| mrs.check_as(dma, p.stag, self.pd, p.va, p.len, self.need))
     }
 
     /// Walks the translated segments of `[off, off + n)`, calling `f(addr, at, len)`.
     fn walk(
         &self,
         mrs: &MrTable,
+        mem: &dyn GuestMemory,
         off: u64,
         n: usize,
         mut f: impl FnMut(u64, usize, usize) -> Result<(), SegFault>,
@@ -179,6 +191,7 @@ impl MrRange {
         if end > self.len {
             return Err(SegFault);
         }
+        let dma = self.privileged.then_some(mem);
         let mut i = self.starts.partition_point(|&s| s <= off).saturating_sub(1);
         let mut pos = off;
         let mut done = 0usize;
@@ -190,8 +203,9 @@ impl MrRange {
                 continue;
             }
             let take = (p.len - within).min((n - done) as u64);
+            let va = p.va.wrapping_add(within);
             let segs = mrs
-                .translate(p.stag, self.pd, p.va.wrapping_add(within), take, self.need)
+                .translate_as(dma, p.stag, self.pd, va, take, self.need)
                 .map_err(|_| SegFault)?;
             let mut at = done;
             for (addr, l) in segs {
@@ -213,7 +227,7 @@ impl MrRange {
         off: u64,
         buf: &mut [u8],
     ) -> Result<(), SegFault> {
-        self.walk(mrs, off, buf.len(), |addr, at, n| {
+        self.walk(mrs, mem, off, buf.len(), |addr, at, n| {
             let piece = buf.get_mut(at..at + n).ok_or(SegFault)?;
             mem.read(addr, piece).map_err(|_| SegFault)
         })
@@ -227,7 +241,7 @@ impl MrRange {
         off: u64,
         data: &[u8],
     ) -> Result<(), SegFault> {
-        self.walk(mrs, off, data.len(), |addr, at, n| {
+        self.walk(mrs, mem, off, data.len(), |addr, at, n| {
             let piece = data.get(at..at + n).ok_or(SegFault)?;
             mem.write(addr, piece).map_err(|_| SegFault)
         })
@@ -252,6 +266,15 @@ mod tests {
         fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
             let a = addr as usize;
             self.0.borrow_mut()[a..a + data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn probe(&self, addr: u64, len: u64, _write: bool) -> Result<(), DmaError> {
+            let end = addr
+                .checked_add(len)
+                .ok_or(DmaError::Overflow { addr, len })?;
+            if end > self.0.borrow().len() as u64 {
+                return Err(DmaError::Unmapped { addr });
+            }
             Ok(())
         }
     }
@@ -310,7 +333,7 @@ mod tests {
         // Only the first 0x30 bytes are used.
         let r = MrRange::new(1, Need::LocalWrite, pieces, 0x30);
         assert_eq!(r.len(), 0x30);
-        r.check(&mrs).unwrap();
+        r.check(&mrs, &mem).unwrap();
         let data: Vec<u8> = (0..0x30).collect();
         r.write_at(&mrs, &mem, 0, &data).unwrap();
         let m = mem.0.borrow().clone();
@@ -323,7 +346,7 @@ mod tests {
         assert_eq!(r.read_at(&mrs, &mem, 0x20, &mut b), Err(SegFault));
         // Checked against the table as it is at each access.
         let bad = MrRange::new(2, Need::LocalWrite, pieces, 0x30);
-        assert_eq!(bad.check(&mrs), Err(AccessFault::Pd));
+        assert_eq!(bad.check(&mrs, &mem), Err(AccessFault::Pd));
         let huge = MrRange::new(
             1,
             Need::LocalRead,
@@ -334,8 +357,44 @@ mod tests {
             }],
             1 << 40,
         );
-        assert_eq!(huge.check(&mrs), Err(AccessFault::Bounds));
+        assert_eq!(huge.check(&mrs, &mem), Err(AccessFault::Bounds));
         mrs.invalidate(stag, 1).unwrap();
         assert_eq!(r.read_at(&mrs, &mem, 0, &mut b), Err(SegFault));
+    }
+
+    #[test]
+    fn local_dma_stag_is_identity_for_privileged_ranges_only() {
+        use crate::interface::LOCAL_DMA_STAG;
+        let mem = Mem(RefCell::new(vec![0u8; 0x400]));
+        let mrs = MrTable::new();
+        let piece = |va, len| Piece {
+            stag: LOCAL_DMA_STAG,
+            va,
+            len,
+        };
+        let r = MrRange::new(
+            7,
+            Need::LocalWrite,
+            [piece(0x100, 0x10), piece(0x380, 0x10)],
+            0x20,
+        )
+        .privileged(true);
+        r.check(&mrs, &mem).unwrap();
+        let data: Vec<u8> = (1..=0x20).collect();
+        r.write_at(&mrs, &mem, 0, &data).unwrap();
+        assert_eq!(mem.0.borrow()[0x100..0x110], data[..0x10]);
+        assert_eq!(mem.0.borrow()[0x380..0x390], data[0x10..]);
+        // Unprivileged: STag 0 names no MR.
+        let plain = MrRange::new(7, Need::LocalWrite, [piece(0x100, 0x10)], 0x10);
+        assert_eq!(plain.check(&mrs, &mem), Err(AccessFault::NoMr));
+        // Outside guest memory, or wrapping: a bounds fault.
+        let out = MrRange::new(7, Need::LocalRead, [piece(0x3f8, 0x10)], 0x10).privileged(true);
+        assert_eq!(out.check(&mrs, &mem), Err(AccessFault::Bounds));
+        let wrap = MrRange::new(7, Need::LocalRead, [piece(u64::MAX, 2)], 2).privileged(true);
+        assert_eq!(wrap.check(&mrs, &mem), Err(AccessFault::Bounds));
+        // Never for a remote access.
+        let remote =
+            MrRange::new(7, Need::RemoteWrite, [piece(0x100, 0x10)], 0x10).privileged(true);
+        assert_eq!(remote.check(&mrs, &mem), Err(AccessFault::NoMr));
     }
 }
