@@ -4,6 +4,9 @@
 //! have panicked, must not have written the guard pages around guest RAM, and must still
 //! work after a reset (QUERY_CAPS succeeds).
 //!
+//! Half the sequences run with QPs A and B created with `QP_FLAG_PRIVILEGED`, so hostile
+//! SGEs with the local DMA STag (raw bus addresses) reach the device's identity path.
+//!
 //! `cargo test` runs 96 sequences per property (`PROPTEST_CASES=N` for more, with
 //! shrinking). The long run is
 //! `FERRDMA_FUZZ_OPS=1000000 cargo test --release -- --ignored fuzz_storm --nocapture`, which
@@ -91,6 +94,7 @@ fn word() -> BoxedStrategy<u64> {
 
 fn stag() -> BoxedStrategy<u32> {
     prop_oneof![
+        Just(LOCAL_DMA_STAG),
         Just(0x111u32),
         Just(0x222),
         any::<u32>(),
@@ -269,7 +273,7 @@ fn reconnect(r: &mut Rig) {
 /// carry on with a fresh one.
 fn fresh(r: &mut Rig) {
     assert!(r.h.guards_intact(), "device wrote outside guest memory");
-    *r = Rig::rc();
+    *r = Rig::rc_flags(r.qp_flags);
 }
 
 /// Applies one operation; the device must not panic. Broken admin queues are restarted.
@@ -430,6 +434,7 @@ fn cq_stress(r: &mut Rig, shadow: u64, ring: PageList, size: u32) {
         db_page: 1,
         sq_quanta: 8,
         rq_wqes: 8,
+        flags: r.qp_flags,
         sq_ring: PageList {
             addr: sq,
             npages: 1,
@@ -510,8 +515,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn hostile_sequences_never_panic_escape_or_wedge(ops in prop::collection::vec(op(), 1..48)) {
-        let mut r = Rig::rc();
+    fn hostile_sequences_never_panic_escape_or_wedge(
+        privileged in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..48),
+    ) {
+        let mut r = Rig::rc_flags(if privileged { QP_FLAG_PRIVILEGED } else { 0 });
         for op in &ops {
             apply(&mut r, op);
         }
@@ -544,7 +552,11 @@ fn fuzz_storm() {
     let mut totals = [0u64; 10];
     let start = std::time::Instant::now();
     while done < total {
-        let mut r = Rig::rc();
+        let mut r = Rig::rc_flags(if sequences % 2 == 1 {
+            QP_FLAG_PRIVILEGED
+        } else {
+            0
+        });
         for _ in 0..128 {
             let op = strategy.new_tree(&mut runner).unwrap().current();
             apply(&mut r, &op);

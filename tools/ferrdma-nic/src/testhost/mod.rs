@@ -11,6 +11,7 @@ mod datapath_tests;
 mod error_tests;
 mod event_tests;
 mod fuzz;
+mod local_dma_tests;
 mod more_tests;
 mod wire_tests;
 
@@ -661,6 +662,23 @@ impl Host {
         rq_wqes: u32,
         rq_shift: u8,
     ) -> QpH {
+        self.create_qp_flags(0, id, ty, pd, scq, rcq, sq_quanta, rq_wqes, rq_shift)
+    }
+
+    /// [`Host::create_qp`] with `CreateQp::flags` (e.g. [`QP_FLAG_PRIVILEGED`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_qp_flags(
+        &mut self,
+        flags: u32,
+        id: u32,
+        ty: u8,
+        pd: u32,
+        scq: u32,
+        rcq: u32,
+        sq_quanta: u32,
+        rq_wqes: u32,
+        rq_shift: u8,
+    ) -> QpH {
         let sqp = (u64::from(sq_quanta) * 32).div_ceil(4096) as u32;
         let rqp = ((u64::from(rq_wqes) * 32) << rq_shift).div_ceil(4096) as u32;
         let sq_pages = self.scattered_pages(sqp);
@@ -685,6 +703,7 @@ impl Host {
                 rq_ring,
                 shadow_addr: shadow,
                 compl_ctx,
+                flags,
                 ..Default::default()
             }
             .encode(),
@@ -1005,10 +1024,17 @@ pub struct Rig {
     pub b: QpH,
     pub buf_a: Buf,
     pub buf_b: Buf,
+    /// `CreateQp::flags` of QPs A and B.
+    pub qp_flags: u32,
 }
 
 impl Rig {
     pub fn rc() -> Self {
+        Self::rc_flags(0)
+    }
+
+    /// [`Rig::rc`] with both QPs created with `flags`.
+    pub fn rc_flags(flags: u32) -> Self {
         let mut h = Host::new();
         let (mut aeq, ceq) = h.standard();
         // Setup events (PORT_ACTIVE) are not what tests look for.
@@ -1016,8 +1042,8 @@ impl Rig {
         h.arm_eq(&aeq);
         let cq_a = h.create_cq(1, 64, 1);
         let cq_b = h.create_cq(2, 64, 1);
-        let a = h.create_qp(2, QP_TYPE_RC, 1, 1, 1, 512, 64, 2);
-        let b = h.create_qp(3, QP_TYPE_RC, 1, 2, 2, 512, 64, 2);
+        let a = h.create_qp_flags(flags, 2, QP_TYPE_RC, 1, 1, 1, 512, 64, 2);
+        let b = h.create_qp_flags(flags, 3, QP_TYPE_RC, 1, 2, 2, 512, 64, 2);
         let all = QP_ACCESS_REMOTE_READ | QP_ACCESS_REMOTE_WRITE;
         h.connect_rc(2, 3, all);
         h.connect_rc(3, 2, all);
@@ -1034,6 +1060,7 @@ impl Rig {
             b,
             buf_a,
             buf_b,
+            qp_flags: flags,
         }
     }
 }
