@@ -1788,3 +1788,172 @@ fn duplicates_are_reacknowledged_and_reads_reexecuted() {
     assert_eq!(out(&mut net, &read_frame), responses, "READ executed again");
     assert_eq!(net.b.h.query_qp(QPN).attrs.rq_psn, (first + 3) & 0xff_ffff);
 }
+
+/// Privileged RC QPs (4 on both NICs) with bus-address SGEs through `LOCAL_DMA_STAG`:
+/// multi-packet SEND, WRITE and READ over the wire; then STag 0 as an rkey is refused.
+#[test]
+fn privileged_qps_use_local_dma_stag_over_the_wire() {
+    const PQP: u32 = 4;
+    let mut net = Net::new(1 << 20, Path::default());
+    let mut qa = net
+        .a
+        .h
+        .create_qp_flags(QP_FLAG_PRIVILEGED, PQP, QP_TYPE_RC, 1, 1, 2, 256, 64, 2);
+    let mut qb = net
+        .b
+        .h
+        .create_qp_flags(QP_FLAG_PRIVILEGED, PQP, QP_TYPE_RC, 1, 1, 2, 256, 64, 2);
+    net.a.connect_qp(PQP, PQP, 2, Path::default(), 0x10, 0x20);
+    net.b.connect_qp(PQP, PQP, 1, Path::default(), 0x20, 0x10);
+    let dma = |addr, len| Sg {
+        addr,
+        len,
+        lkey: LOCAL_DMA_STAG,
+    };
+    let len = 10_000u32;
+    let data = pattern(len as usize, 0x3c);
+    let a_buf = net.a.h.alloc(u64::from(len), 4096);
+    let b_buf = net.b.h.alloc(u64::from(len), 4096);
+    net.a.h.write(a_buf, &data);
+    // Drives the wire until A's send CQ (and B's receive CQ if `recv`) report.
+    let complete = |net: &mut Net, recv: bool| {
+        let (mut sc, mut rc) = (Vec::new(), Vec::new());
+        assert!(net.run(|n| {
+            sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+            rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+            !sc.is_empty() && (!recv || !rc.is_empty())
+        }));
+        (sc, rc)
+    };
+    // SEND: two bus-address SGEs into two bus-address receive SGEs.
+    net.b
+        .h
+        .post_recv(&mut qb, &[dma(b_buf + 5000, 5000), dma(b_buf, 5000)]);
+    net.a.h.send(
+        &mut qa,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![dma(a_buf, 3000), dma(a_buf + 3000, len - 3000)],
+            ..Default::default()
+        },
+    );
+    let (sc, rc) = complete(&mut net, true);
+    assert_eq!(sc[0].error(), None);
+    assert_eq!(
+        (rc[0].error(), rc[0].len(), rc[0].qp_id()),
+        (None, len, PQP)
+    );
+    assert_eq!(net.b.h.read(b_buf + 5000, 5000), data[..5000]);
+    assert_eq!(net.b.h.read(b_buf, 5000), data[5000..]);
+    // WRITE from a bus address into B's MR.
+    net.a.h.send(
+        &mut qa,
+        &Wr {
+            opcode: sq_op::RDMA_WRITE,
+            signaled: true,
+            sges: vec![dma(a_buf, len)],
+            hdr_low: net.b.dst.stag,
+            qw2: net.b.dst.va,
+            ..Default::default()
+        },
+    );
+    let (sc, _) = complete(&mut net, false);
+    assert_eq!(sc[0].error(), None);
+    assert_eq!(net.b.h.read(net.b.dst.gpa, len as usize), data);
+    // READ it back into a bus-address buffer on A.
+    let back = net.a.h.alloc(u64::from(len), 4096);
+    net.a.h.send(
+        &mut qa,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            signaled: true,
+            sges: vec![dma(back, len)],
+            hdr_low: net.b.dst.stag,
+            qw2: net.b.dst.va,
+            ..Default::default()
+        },
+    );
+    let (sc, _) = complete(&mut net, false);
+    assert_eq!((sc[0].error(), sc[0].len()), (None, len));
+    assert_eq!(net.a.h.read(back, len as usize), data);
+    // STag 0 as an rkey names no MR on the responder, privileged or not.
+    net.a.h.send(
+        &mut qa,
+        &Wr {
+            opcode: sq_op::RDMA_WRITE,
+            signaled: true,
+            sges: vec![dma(a_buf, 64)],
+            hdr_low: LOCAL_DMA_STAG,
+            qw2: b_buf,
+            ..Default::default()
+        },
+    );
+    let (sc, _) = complete(&mut net, false);
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert!(aeq_codes(&mut net.b).contains(&ae::QP_REMOTE_ACCESS));
+    assert_eq!(
+        net.b.h.read(b_buf, 64),
+        data[5000..5064],
+        "B's memory untouched"
+    );
+    assert!(net.a.h.guards_intact() && net.b.h.guards_intact());
+}
+
+/// A privileged QP's bus-address SGE outside guest memory, on the wire paths: the
+/// requester's gather (PROT, QP_LOCAL_ACCESS, nothing sent) and the responder's scatter
+/// (PROT on B's RQ, remote operational error on A).
+#[test]
+fn privileged_local_dma_stag_outside_guest_memory_over_the_wire() {
+    const PQP: u32 = 4;
+    for requester_side in [true, false] {
+        let mut net = Net::new(1 << 20, Path::default());
+        let mut qa =
+            net.a
+                .h
+                .create_qp_flags(QP_FLAG_PRIVILEGED, PQP, QP_TYPE_RC, 1, 1, 2, 256, 64, 2);
+        let mut qb =
+            net.b
+                .h
+                .create_qp_flags(QP_FLAG_PRIVILEGED, PQP, QP_TYPE_RC, 1, 1, 2, 256, 64, 2);
+        net.a.connect_qp(PQP, PQP, 2, Path::default(), 0x10, 0x20);
+        net.b.connect_qp(PQP, PQP, 1, Path::default(), 0x20, 0x10);
+        let outside = RAM_BASE + net.b.h.ram_size - 16;
+        let bad = Sg {
+            addr: outside,
+            len: 64,
+            lkey: LOCAL_DMA_STAG,
+        };
+        let good = net.a.src.sg(0, 64);
+        let (send_sg, recv_sg) = if requester_side {
+            (bad, net.b.dst.sg(0, 64))
+        } else {
+            (good, bad)
+        };
+        net.b.h.post_recv(&mut qb, &[recv_sg]);
+        net.a.h.send(
+            &mut qa,
+            &Wr {
+                opcode: sq_op::SEND,
+                signaled: true,
+                sges: vec![send_sg],
+                ..Default::default()
+            },
+        );
+        let (mut sc, mut rc) = (Vec::new(), Vec::new());
+        assert!(net.run(|n| {
+            sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+            rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+            !sc.is_empty() && (requester_side || !rc.is_empty())
+        }));
+        if requester_side {
+            assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
+            assert!(aeq_codes(&mut net.a).contains(&ae::QP_LOCAL_ACCESS));
+        } else {
+            assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
+            assert!(aeq_codes(&mut net.b).contains(&ae::QP_LOCAL_ACCESS));
+            assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_OP)));
+        }
+        assert!(net.a.h.guards_intact() && net.b.h.guards_intact());
+    }
+}
