@@ -105,6 +105,9 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u8,
     /// `IB_DEVICE_*` capability flags.
     pub device_cap_flags: u64,
+    /// The lkey under which kernel consumers' SGE addresses are DMA addresses
+    /// (`IBK_LOCAL_DMA_LKEY`), if the device has one.
+    pub local_dma_lkey: Option<u32>,
 }
 
 impl DeviceAttr {
@@ -133,6 +136,9 @@ impl DeviceAttr {
         out.max_pkeys = self.max_pkeys;
         out.local_ca_ack_delay = self.local_ca_ack_delay;
         out.device_cap_flags = self.device_cap_flags;
+        if self.local_dma_lkey.is_some() {
+            out.kernel_cap_flags |= u64::from(bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY);
+        }
     }
 }
 

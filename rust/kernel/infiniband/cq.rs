@@ -55,16 +55,6 @@ pub(crate) unsafe extern "C" fn create_cq<T: Driver>(
     attrs: *mut bindings::uverbs_attr_bundle,
 ) -> c_int {
     crate::error::from_result(|| {
-        if attrs.is_null() {
-            // Kernel CQs need kernel-mode verbs (poll_cq, req_notify_cq).
-            return Err(EOPNOTSUPP);
-        }
-        // SAFETY: The driver udata is the first member of the bundle (`rdma_udata_to_uverbs_attr_bundle`).
-        let udata = attrs.cast::<bindings::ib_udata>();
-        // SAFETY: A uverbs command on a device of driver `T`.
-        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL)?;
-        // SAFETY: As above; nothing else accesses the udata during the call.
-        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
         // SAFETY: `attr` and `cq` are valid (callback contract).
         let (init, dev) = unsafe {
             (
@@ -78,8 +68,21 @@ pub(crate) unsafe extern "C" fn create_cq<T: Driver>(
         };
         let events = CqEventsInner::new(cq)?;
         let handle = events.clone();
-        // SAFETY: Called from an ib_core callback.
-        let new = unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }?;
+        let new = if attrs.is_null() {
+            // A kernel consumer (ib_alloc_cq and friends).
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_kernel_cq(d, &init, handle)) }?
+        } else {
+            // SAFETY: The driver udata is the first member of the bundle
+            // (`rdma_udata_to_uverbs_attr_bundle`).
+            let udata = attrs.cast::<bindings::ib_udata>();
+            // SAFETY: A uverbs command on a device of driver `T`.
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL)?;
+            // SAFETY: As above; nothing else accesses the udata during the call.
+            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }?
+        };
         let cqe = c_int::try_from(new.cqe)?;
         // SAFETY: `cq` is the head of a `CqObject<T>`, not yet visible to anyone else.
         unsafe {

@@ -12,7 +12,7 @@ use super::{
     qp::{self, QpObject},
     ucontext::{self, PdObject, UContextInit, UContextObject},
     udata::UData,
-    DeviceAttr, Driver,
+    wc, wr, DeviceAttr, Driver,
 };
 use crate::{
     bindings, device,
@@ -304,6 +304,31 @@ impl<T: Driver> VTable<T> {
         } else {
             None
         },
+        poll_cq: if T::HAS_POLL_CQ {
+            Some(wc::poll_cq::<T>)
+        } else {
+            None
+        },
+        req_notify_cq: if T::HAS_REQ_NOTIFY_CQ {
+            Some(wc::req_notify_cq::<T>)
+        } else {
+            None
+        },
+        post_send: if T::HAS_POST_SEND {
+            Some(wr::post_send::<T>)
+        } else {
+            None
+        },
+        post_recv: if T::HAS_POST_RECV {
+            Some(wr::post_recv::<T>)
+        } else {
+            None
+        },
+        get_dma_mr: if T::HAS_GET_DMA_MR {
+            Some(mr::get_dma_mr::<T>)
+        } else {
+            None
+        },
         size_ib_ucontext: UContextObject::<T>::SIZE,
         size_ib_pd: PdObject::<T>::SIZE,
         size_ib_cq: CqObject::<T>::SIZE,
@@ -334,6 +359,11 @@ impl<T: Driver> VTable<T> {
             let attr: DeviceAttr = unsafe { dev.with_data(|d| T::query_device(d)) };
             // SAFETY: `out` is valid for writes (callback contract).
             attr.write_to(unsafe { &mut *out });
+            if let Some(k) = attr.local_dma_lkey {
+                // SAFETY: ib_core queries the device while registering it, before any
+                // consumer reads the key; the device is valid (callback contract).
+                unsafe { (*ib).local_dma_lkey = k };
+            }
             Ok(0)
         })
     }

@@ -22,6 +22,8 @@ pub mod qp;
 pub mod ucontext;
 pub mod udata;
 pub mod umem;
+pub mod wc;
+pub mod wr;
 
 pub use attr::{DeviceAttr, Mtu, RocePort};
 pub use av::Av;
@@ -34,6 +36,8 @@ pub use qp::{NewQp, QpAttr, QpCap, QpInitAttr, QpQuery, QpState, QpType};
 pub use ucontext::{IoMmap, UContextInit};
 pub use udata::UData;
 pub use umem::Umem;
+pub use wc::{CqNotify, NetworkHdr, QpRef, Wc, WcOpcode, WcSink, WcStatus};
+pub use wr::{RecvWr, RecvWrs, SendOp, SendWr, SendWrs, Sge, UdDest};
 
 use crate::{bindings, irq::IrqReturn, prelude::*};
 
@@ -161,6 +165,36 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
+    /// Creates a kernel CQ (`create_cq` without user data): the driver owns its ring and
+    /// completes it through [`Driver::poll_cq`].
+    fn create_kernel_cq(
+        _data: &Self::RegistrationData<'_>,
+        _attr: &CqInitAttr,
+        _events: CqEvents,
+    ) -> Result<NewCq<Self::Cq>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Moves completions of a CQ into `out` (`poll_cq`), at most as many as fit. Any context;
+    /// must not sleep. Also reachable from user space for user CQs, which it must refuse.
+    fn poll_cq(
+        _data: &Self::RegistrationData<'_>,
+        _cq: &Self::Cq,
+        _out: &mut WcSink<'_>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Arms a CQ for one completion event (`req_notify_cq`). Any context; must not sleep.
+    /// With `how.report_missed`, returns whether completions may already be waiting.
+    fn req_notify_cq(
+        _data: &Self::RegistrationData<'_>,
+        _cq: &Self::Cq,
+        _how: CqNotify,
+    ) -> Result<bool> {
+        Err(EOPNOTSUPP)
+    }
+
     /// Destroys a CQ (`destroy_cq`). When it returns `Ok`, the device must no longer write
     /// the CQ; the abstraction then revokes its event handle and drops `cq`.
     fn destroy_cq(_data: &Self::RegistrationData<'_>, _cq: &Self::Cq) -> Result {
@@ -176,6 +210,47 @@ pub trait Driver: Sized + Send + Sync + 'static {
         _events: QpEvents,
         _udata: &mut UData<'_>,
     ) -> Result<NewQp<Self::Qp>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Creates a kernel QP (`create_qp` without user data); `qp` names it in completions.
+    fn create_kernel_qp(
+        _data: &Self::RegistrationData<'_>,
+        _pd: &Self::Pd,
+        _attr: &mut QpInitAttr<'_, Self>,
+        _events: QpEvents,
+        _qp: QpRef,
+    ) -> Result<NewQp<Self::Qp>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Posts send work requests (`post_send`). Any context; must not sleep. On error the
+    /// request the iterator yielded last is reported as the failing one. Also reachable from
+    /// user space for user QPs, which it must refuse.
+    fn post_send(
+        _data: &Self::RegistrationData<'_>,
+        _qp: &Self::Qp,
+        _wrs: &mut SendWrs<'_, Self>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Posts receive work requests (`post_recv`); see [`Driver::post_send`].
+    fn post_recv(
+        _data: &Self::RegistrationData<'_>,
+        _qp: &Self::Qp,
+        _wrs: &mut RecvWrs<'_>,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// A memory region covering all of memory for local access (`get_dma_mr`), for kernel
+    /// consumers that want an lkey under which SGE addresses are DMA addresses.
+    fn get_dma_mr(
+        _data: &Self::RegistrationData<'_>,
+        _pd: &Self::Pd,
+        _access: Access,
+    ) -> Result<NewMr<Self::Mr>> {
         Err(EOPNOTSUPP)
     }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (`struct ib_mr`) registered from user memory.
+//! Memory regions (`struct ib_mr`): user memory registrations and the kernel's DMA MR.
 //!
 //! Unlike PDs, CQs and QPs, MRs are allocated by the provider: the object is a [`KBox`] with
 //! the `ib_mr` at offset 0, handed to ib_core on registration and freed when the driver agrees
@@ -132,21 +132,7 @@ pub(crate) unsafe extern "C" fn reg_user_mr<T: Driver>(
         // SAFETY: Called from an ib_core callback.
         let mr =
             unsafe { dev.with_data(|d| T::reg_user_mr(d, ctx, pd_data, &req, umem, &mut ud)) }?;
-        let obj = KBox::write(
-            slot,
-            MrObject {
-                // SAFETY: An all-zero `ib_mr` is the state ib_core expects from a provider.
-                raw: unsafe { core::mem::zeroed() },
-                data: mr.value,
-            },
-        );
-        let raw = KBox::into_raw(obj).cast::<bindings::ib_mr>();
-        // SAFETY: `raw` is the fresh, not yet shared `ib_mr`.
-        unsafe {
-            (*raw).lkey = mr.lkey;
-            (*raw).rkey = mr.rkey;
-        }
-        Ok(raw)
+        Ok(install::<T>(slot, mr))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -172,4 +158,53 @@ pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
         }
         Err(e) => e.to_errno(),
     }
+}
+
+/// `get_dma_mr`.
+///
+/// # Safety
+///
+/// Called by ib_core for a kernel PD of a device of driver `T`.
+pub(crate) unsafe extern "C" fn get_dma_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    access: c_int,
+) -> *mut bindings::ib_mr {
+    let run = || -> Result<*mut bindings::ib_mr> {
+        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
+        let (ib, pd_data) = unsafe {
+            (
+                (*pd).device,
+                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: `ib` is a device of driver `T` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
+        // SAFETY: Called from an ib_core callback.
+        let mr = unsafe { dev.with_data(|d| T::get_dma_mr(d, pd_data, Access(access as u32))) }?;
+        Ok(install::<T>(slot, mr))
+    };
+    run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// Hands a new MR to ib_core: the object with the driver's data and the keys.
+fn install<T: Driver>(
+    slot: KBox<core::mem::MaybeUninit<MrObject<T>>>,
+    mr: NewMr<T::Mr>,
+) -> *mut bindings::ib_mr {
+    let obj = KBox::write(
+        slot,
+        MrObject {
+            // SAFETY: An all-zero `ib_mr` is the state ib_core expects from a provider.
+            raw: unsafe { core::mem::zeroed() },
+            data: mr.value,
+        },
+    );
+    let raw = KBox::into_raw(obj).cast::<bindings::ib_mr>();
+    // SAFETY: `raw` is the fresh, not yet shared `ib_mr`.
+    unsafe {
+        (*raw).lkey = mr.lkey;
+        (*raw).rkey = mr.rkey;
+    }
+    raw
 }

@@ -10,9 +10,11 @@ use super::{
     mr::Access,
     ucontext::{udata_context, CoreObject, PdObject},
     udata::UData,
+    wc::QpRef,
     Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*};
+use core::ptr::NonNull;
 
 /// QP transport types a provider may be asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,6 +246,17 @@ pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: u32) -> bool
 /// The object of a QP of driver `T`: its event handle and the driver's data.
 pub(crate) type QpObject<T> = CoreObject<bindings::ib_qp, (QpEvents, <T as Driver>::Qp)>;
 
+/// The driver data of a live QP.
+///
+/// # Safety
+///
+/// `qp` is a QP of a device of driver `T` that `create_qp` initialised and that is not yet
+/// destroyed, for the whole of `'a`.
+pub(crate) unsafe fn qp_data<'a, T: Driver>(qp: *mut bindings::ib_qp) -> &'a T::Qp {
+    // SAFETY: Guaranteed by the caller.
+    unsafe { &(*qp.cast::<QpObject<T>>()).data.assume_init_ref().1 }
+}
+
 /// `create_qp`.
 ///
 /// # Safety
@@ -256,10 +269,6 @@ pub(crate) unsafe extern "C" fn create_qp<T: Driver>(
     udata: *mut bindings::ib_udata,
 ) -> c_int {
     crate::error::from_result(|| {
-        // SAFETY: `udata` is null or valid for this call.
-        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
-        // SAFETY: As above.
-        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
         // SAFETY: `qp` and `init` are valid (callback contract).
         let (dev, pd, ia) = unsafe { (Device::<T>::from_raw((*qp).device), (*qp).pd, &mut *init) };
         if pd.is_null() || ia.send_cq.is_null() || ia.recv_cq.is_null() {
@@ -288,10 +297,18 @@ pub(crate) unsafe extern "C" fn create_qp<T: Driver>(
         };
         let events = QpEventsInner::new(qp)?;
         let handle = events.clone();
-        // SAFETY: Called from an ib_core callback.
-        let new = unsafe {
-            dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud))
-        }?;
+        let new = if udata.is_null() {
+            let name = QpRef::new(NonNull::new(qp).ok_or(EINVAL)?);
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_kernel_qp(d, pd_data, &mut attr, handle, name)) }?
+        } else {
+            // SAFETY: `udata` is valid for this call.
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+            // SAFETY: As above.
+            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud)) }?
+        };
         attr.cap.write_to(&mut ia.cap);
         // SAFETY: `qp` is the head of a `QpObject<T>`, not yet visible to anyone else.
         unsafe {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The admin queue: a command ring and a completion ring in coherent memory (manual, "Admin
-//! queue"). Commands run one at a time; the driver polls the completion's phase bit.
+//! queue"). Commands run one at a time; the driver busy-polls the completion's phase bit, so a
+//! command may be issued from atomic context (kernel consumers create address handles and
+//! flush queues there).
 
 use crate::{interface as hw, regs, regs::Bar0};
 use kernel::{
@@ -10,7 +12,7 @@ use kernel::{
     io::{io_read, io_write, Io},
     prelude::*,
     sync::barrier::{dma_mb, Read},
-    time::{delay::fsleep, Delta},
+    time::{delay::udelay, Delta},
 };
 
 /// Entries in each admin ring.
@@ -20,7 +22,7 @@ const CPL_QWORDS: usize = hw::ADMIN_CPL_SIZE / 8;
 /// Bytes of the output buffer of QUERY_* commands.
 const OUT_BYTES: usize = 4096;
 /// Poll interval while waiting for a completion.
-const POLL_US: i64 = 20;
+const POLL_US: i64 = 2;
 
 const _: () = assert!(AQ_ENTRIES.is_power_of_two());
 const _: () = assert!(AQ_ENTRIES >= hw::AQ_MIN_ENTRIES && AQ_ENTRIES <= hw::AQ_MAX_ENTRIES);
@@ -166,7 +168,7 @@ impl AdminQueue {
             if waited_us >= i64::from(hw::ADMIN_TIMEOUT_MS) * 1000 {
                 return Err(ETIMEDOUT);
             }
-            fsleep(Delta::from_micros(POLL_US));
+            udelay(Delta::from_micros(POLL_US));
             waited_us += POLL_US;
         }
     }

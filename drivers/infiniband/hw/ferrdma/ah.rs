@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Address handles for UD sends.
+//! Address handles for UD sends. The admin queue never sleeps, so kernel consumers may
+//! create and destroy them in atomic context (ib_cm does).
 
 use crate::{
     abi::CreateAhResp,
@@ -19,18 +20,15 @@ pub(crate) struct Ah {
     id: u32,
 }
 
+impl Ah {
+    /// The device AH id UD WQEs name.
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+}
+
 impl IbData<'_> {
-    pub(crate) fn create_ah(
-        &self,
-        pd: &Pd,
-        av: &Av,
-        sleepable: bool,
-        udata: Option<&mut UData<'_>>,
-    ) -> Result<Ah> {
-        // The admin queue sleeps; kernel users creating AHs in atomic context come later.
-        if !sleepable {
-            return Err(EOPNOTSUPP);
-        }
+    pub(crate) fn create_ah(&self, pd: &Pd, av: &Av, udata: Option<&mut UData<'_>>) -> Result<Ah> {
         // User space must learn the id it puts in its UD WQEs.
         if udata
             .as_ref()

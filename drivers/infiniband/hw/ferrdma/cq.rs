@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! User completion queues: libirdma's ring registration becomes a device CQ on a CEQ.
+//! Completion queues: libirdma's ring registration becomes a device CQ on a CEQ; kernel CQs
+//! (`kcq`) have rings the driver owns.
 
 use crate::{
     abi::{CreateCqReq, CreateCqResp},
     admin::header,
     ibdev::{IbData, UContext},
     interface as hw,
+    kcq::KCq,
     mr::{RingKind, RingReg},
     pbl::PageList,
     sizing,
@@ -17,17 +19,43 @@ use kernel::{
     sync::Arc,
 };
 
+/// Where a CQ's ring lives.
+enum CqMem {
+    /// In a user registration, polled by libirdma.
+    User {
+        ring: Arc<RingReg>,
+        _pages: PageList,
+    },
+    /// In coherent memory the driver polls.
+    Kernel(Arc<KCq>),
+}
+
 /// A completion queue.
 pub(crate) struct Cq {
     id: u32,
-    ring: Arc<RingReg>,
-    _pages: PageList,
+    mem: CqMem,
 }
 
 impl Cq {
+    /// A kernel CQ.
+    pub(crate) fn new_kernel(id: u32, k: Arc<KCq>) -> Self {
+        Self {
+            id,
+            mem: CqMem::Kernel(k),
+        }
+    }
+
     /// The device CQ id.
     pub(crate) fn id(&self) -> u32 {
         self.id
+    }
+
+    /// The ring of a kernel CQ; `None` for a user CQ.
+    pub(crate) fn kernel(&self) -> Option<&Arc<KCq>> {
+        match &self.mem {
+            CqMem::Kernel(k) => Some(k),
+            CqMem::User { .. } => None,
+        }
     }
 }
 
@@ -75,8 +103,10 @@ impl IbData<'_> {
                 Ok(NewCq {
                     value: Cq {
                         id,
-                        ring,
-                        _pages: pages,
+                        mem: CqMem::User {
+                            ring,
+                            _pages: pages,
+                        },
                     },
                     cqe: size,
                 })
@@ -141,7 +171,9 @@ impl IbData<'_> {
         self.tables.lock().set_cq(cq.id, None);
         self.destroy_object(hw::admin_op::DESTROY_CQ, cq.id)?;
         self.ids.lock().cqs.free(cq.id);
-        cq.ring.release();
+        if let CqMem::User { ring, .. } = &cq.mem {
+            ring.release();
+        }
         Ok(())
     }
 }

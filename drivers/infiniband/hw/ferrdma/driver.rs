@@ -145,14 +145,21 @@ impl pci::Driver for FerrdmaDriver {
         }
 
         // The doorbell BAR is what user contexts map; without it there are no user verbs.
-        let doorbells = if bar.read(regs::FEATURES).doorbell_bar()
-            && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
-        {
-            Some(pdev.resource_start(hw::DB_BAR_INDEX)?)
-        } else {
-            dev_warn!(pdev, "no doorbell BAR: user verbs unavailable\n");
-            None
-        };
+        let (doorbells, kdb) =
+            if bar.read(regs::FEATURES).doorbell_bar()
+                && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
+            {
+                (
+                    Some(pdev.resource_start(hw::DB_BAR_INDEX)?),
+                    Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(
+                        hw::DB_BAR_INDEX,
+                        c"ferrdma-db",
+                    )?),
+                )
+            } else {
+                dev_warn!(pdev, "no doorbell BAR: user and kernel verbs unavailable\n");
+                (None, None)
+            };
 
         let params = RegistrationParams {
             name: c"ferrdma%d",
@@ -177,6 +184,7 @@ impl pci::Driver for FerrdmaDriver {
                     admin,
                     eqs,
                     FunctionInfo {
+                        kdb,
                         mac,
                         doorbells,
                         caps,

@@ -17,6 +17,9 @@ mod id_alloc;
 // Shared with the device model, which uses every item: here only a part is reachable.
 #[allow(unreachable_pub)]
 mod interface;
+mod kcq;
+mod kqp;
+mod kwqe;
 mod mr;
 mod pbl;
 mod qp;

@@ -11,16 +11,17 @@ use crate::{
     eq::EventQueue,
     id_alloc::IdBitmap,
     interface as hw,
+    kqp::KQp,
     mr::{Mr, RingReg},
     qp::Qp,
-    regs::{self, Bar0},
+    regs::{self, Bar0, DbPage},
 };
 use kernel::{
     device,
     infiniband::{
-        self, Av, CqEvents, CqInitAttr, DeviceAttr, DriverId, IoMmap, Mtu, NewCq, NewMr, NewQp,
-        QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery, RocePort, UContextInit, UData, Umem,
-        UserMrRequest,
+        self, Access, Av, CqEvents, CqInitAttr, CqNotify, DeviceAttr, DriverId, IoMmap, Mtu, NewCq,
+        NewMr, NewQp, QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery, QpRef, RecvWrs, RocePort,
+        SendWrs, UContextInit, UData, Umem, UserMrRequest, WcSink,
     },
     io::Io,
     irq::IrqReturn,
@@ -39,11 +40,15 @@ pub(crate) struct FerrdmaIb;
 /// registration frees the interrupt handlers before it drops this.
 #[pin_data(PinnedDrop)]
 pub(crate) struct IbData<'a> {
+    /// Taken with interrupts off: commands also come from atomic context.
     #[pin]
-    admin: Mutex<AdminQueue>,
+    admin: SpinLockIrq<AdminQueue>,
     /// Event queues by id (= MSI-X vector): the AEQ, then the CEQs.
     eqs: KVec<EventQueue>,
     pub(crate) bar: Bar0<'a>,
+    /// Doorbell page 0, the kernel's own (manual, "Doorbell BAR"), if the function has a
+    /// doorbell BAR.
+    kdb: Option<DbPage<'a>>,
     /// The PCI function, for DMA allocations.
     pub(crate) dev: &'a device::Device<device::Bound>,
     /// The port MAC, as the device reports it.
@@ -84,6 +89,8 @@ pub(crate) struct Ids {
 pub(crate) struct Tables {
     cqs: KVec<Option<CqEvents>>,
     qps: KVec<Option<QpEvents>>,
+    /// The rings of kernel QPs, for polling their CQEs.
+    kqps: KVec<Option<Arc<KQp>>>,
 }
 
 impl Tables {
@@ -93,10 +100,23 @@ impl Tables {
         for _ in 0..hw::MAX_CQ {
             cqs.push(None, GFP_KERNEL)?;
         }
+        let mut kqps = KVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
         for _ in 0..hw::MAX_QP {
             qps.push(None, GFP_KERNEL)?;
+            kqps.push(None, GFP_KERNEL)?;
         }
-        Ok(Self { cqs, qps })
+        Ok(Self { cqs, qps, kqps })
+    }
+
+    pub(crate) fn set_kqp(&mut self, id: u32, v: Option<Arc<KQp>>) {
+        if let Some(slot) = self.kqps.get_mut(id as usize) {
+            *slot = v;
+        }
+    }
+
+    /// The rings of kernel QP `id`.
+    pub(crate) fn kqp(&self, id: usize) -> Option<Arc<KQp>> {
+        self.kqps.get(id).cloned().flatten()
     }
 
     pub(crate) fn set_cq(&mut self, id: u32, v: Option<CqEvents>) {
@@ -126,7 +146,8 @@ impl Tables {
 const MAX_PD: u32 = 1 << 16;
 
 /// What probe found out about the function.
-pub(crate) struct FunctionInfo {
+pub(crate) struct FunctionInfo<'a> {
+    pub(crate) kdb: Option<DbPage<'a>>,
     pub(crate) mac: [u8; 6],
     pub(crate) doorbells: Option<u64>,
     pub(crate) caps: hw::Caps,
@@ -139,12 +160,13 @@ impl<'a> IbData<'a> {
         bar: Bar0<'a>,
         admin: AdminQueue,
         eqs: KVec<EventQueue>,
-        info: FunctionInfo,
+        info: FunctionInfo<'a>,
     ) -> impl PinInit<Self, Error> + 'a {
         try_pin_init!(Self {
-            admin <- new_mutex!(admin),
+            admin <- new_spinlock_irq!(admin),
             eqs,
             bar,
+            kdb: info.kdb,
             dev,
             mac: info.mac,
             doorbells: info.doorbells,
@@ -161,6 +183,11 @@ impl<'a> IbData<'a> {
             tables <- new_spinlock_irq!(Tables::new()?),
             rings <- new_mutex!(KVec::new()),
         }? Error)
+    }
+
+    /// Doorbell page 0, for kernel QPs and CQs; `EOPNOTSUPP` without a doorbell BAR.
+    pub(crate) fn kernel_doorbells(&self) -> Result<&DbPage<'a>> {
+        self.kdb.as_ref().ok_or(EOPNOTSUPP)
     }
 
     /// Runs one admin command.
@@ -396,6 +423,7 @@ impl infiniband::Driver for FerrdmaIb {
             max_ah: c.max_ah,
             max_pkeys: 1,
             local_ca_ack_delay: 16,
+            local_dma_lkey: data.kdb.as_ref().map(|_| hw::LOCAL_DMA_STAG),
             ..DeviceAttr::default()
         }
     }
@@ -515,6 +543,47 @@ impl infiniband::Driver for FerrdmaIb {
         data.destroy_cq(cq)
     }
 
+    fn create_kernel_cq(
+        data: &IbData<'_>,
+        attr: &CqInitAttr,
+        events: CqEvents,
+    ) -> Result<NewCq<Cq>> {
+        data.create_kernel_cq(attr, events)
+    }
+
+    fn poll_cq(data: &IbData<'_>, cq: &Cq, out: &mut WcSink<'_>) -> Result {
+        // User CQs are libirdma's to poll (uverbs' POLL_CQ command reaches here too).
+        data.poll_kernel_cq(cq.kernel().ok_or(EINVAL)?, out)
+    }
+
+    fn req_notify_cq(data: &IbData<'_>, cq: &Cq, how: CqNotify) -> Result<bool> {
+        data.arm_kernel_cq(cq.kernel().ok_or(EINVAL)?, how)
+    }
+
+    fn create_kernel_qp(
+        data: &IbData<'_>,
+        pd: &Pd,
+        attr: &mut QpInitAttr<'_, Self>,
+        events: QpEvents,
+        qp: QpRef,
+    ) -> Result<NewQp<Qp>> {
+        data.create_kernel_qp(pd, attr, events, qp)
+    }
+
+    fn post_send(data: &IbData<'_>, qp: &Qp, wrs: &mut SendWrs<'_, Self>) -> Result {
+        // User QPs post through libirdma (uverbs' POST_SEND command reaches here too).
+        data.post_kernel_send(qp.kernel_rings().ok_or(EINVAL)?, wrs)
+    }
+
+    fn post_recv(data: &IbData<'_>, qp: &Qp, wrs: &mut RecvWrs<'_>) -> Result {
+        data.post_kernel_recv(qp.kernel_rings().ok_or(EINVAL)?, wrs)
+    }
+
+    fn get_dma_mr(data: &IbData<'_>, _pd: &Pd, access: Access) -> Result<NewMr<Mr>> {
+        data.kernel_doorbells()?;
+        data.get_dma_mr(access)
+    }
+
     fn create_qp(
         data: &IbData<'_>,
         ctx: &UContext,
@@ -548,10 +617,10 @@ impl infiniband::Driver for FerrdmaIb {
         data: &IbData<'_>,
         pd: &Pd,
         av: &Av,
-        sleepable: bool,
+        _sleepable: bool,
         udata: Option<&mut UData<'_>>,
     ) -> Result<Ah> {
-        data.create_ah(pd, av, sleepable, udata)
+        data.create_ah(pd, av, udata)
     }
 
     fn destroy_ah(data: &IbData<'_>, ah: &Ah, _sleepable: bool) -> Result {

@@ -79,6 +79,8 @@ pub(crate) enum Mr {
     },
     /// A ring registration.
     Ring(Arc<RingReg>),
+    /// The kernel's DMA MR: the device's local DMA STag, nothing registered.
+    LocalDma,
 }
 
 /// IB access flags to the device's MR access bits; `EOPNOTSUPP` for rights the device lacks.
@@ -245,7 +247,22 @@ impl IbData<'_> {
                 rings.retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
                 Ok(())
             }
+            Mr::LocalDma => Ok(()),
         }
+    }
+
+    /// `get_dma_mr`: kernel consumers' SGEs carry DMA addresses under the device's local DMA
+    /// STag, valid on kernel (privileged) QPs only. There is no remote access to all of
+    /// memory.
+    pub(crate) fn get_dma_mr(&self, access: Access) -> Result<NewMr<Mr>> {
+        if access.unsupported(Access::LOCAL_WRITE) != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        Ok(NewMr {
+            value: Mr::LocalDma,
+            lkey: hw::LOCAL_DMA_STAG,
+            rkey: 0,
+        })
     }
 
     /// Claims the unused ring registration of context `ctx` at `va` of the right kind.

@@ -8,6 +8,7 @@ use crate::{
     admin::header,
     ibdev::{IbData, Pd, UContext},
     interface as hw,
+    kqp::KQp,
     mr::{RingKind, RingReg},
     pbl::PageList,
     sizing::QpRings,
@@ -20,7 +21,7 @@ use kernel::{
     },
     new_mutex,
     prelude::*,
-    sync::{Arc, Mutex},
+    sync::{atomic::Relaxed, Arc, Mutex},
 };
 
 /// What the driver remembers of a QP's attributes (for query and for derived fields).
@@ -30,15 +31,59 @@ struct Soft {
     attrs: hw::QpAttrs,
 }
 
+/// Where a QP's rings live.
+enum QpMem {
+    /// In a user registration, filled by libirdma.
+    User {
+        ring: Arc<RingReg>,
+        _sq: PageList,
+        _rq: PageList,
+    },
+    /// In coherent memory the driver fills.
+    Kernel(Arc<KQp>),
+}
+
 /// A queue pair.
 pub(crate) struct Qp {
     id: u32,
     qp_type: QpType,
     cap: QpCap,
-    ring: Arc<RingReg>,
-    _sq: PageList,
-    _rq: PageList,
+    mem: QpMem,
     soft: Pin<KBox<Mutex<Soft>>>,
+}
+
+/// The driver's attributes of a fresh QP.
+fn new_soft(id: u32) -> Result<Pin<KBox<Mutex<Soft>>>> {
+    let mut attrs = hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE]);
+    attrs.udp_sport = udp_sport(0, id, 0);
+    Ok(KBox::pin_init(
+        new_mutex!(Soft {
+            state: QpState::Reset,
+            attrs,
+        }),
+        GFP_KERNEL,
+    )?)
+}
+
+impl Qp {
+    /// A kernel QP.
+    pub(crate) fn new_kernel(id: u32, qp_type: QpType, cap: QpCap, k: Arc<KQp>) -> Result<Self> {
+        Ok(Self {
+            id,
+            qp_type,
+            cap,
+            mem: QpMem::Kernel(k),
+            soft: new_soft(id)?,
+        })
+    }
+
+    /// The rings of a kernel QP; `None` for a user QP.
+    pub(crate) fn kernel_rings(&self) -> Option<&Arc<KQp>> {
+        match &self.mem {
+            QpMem::Kernel(k) => Some(k),
+            QpMem::User { .. } => None,
+        }
+    }
 }
 
 /// The IB modify_qp attributes the device implements.
@@ -256,21 +301,12 @@ impl IbData<'_> {
             ring.release();
             return Err(ENOMEM);
         };
-        let mut attrs = hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE]);
-        attrs.udp_sport = udp_sport(0, id, 0);
-        let soft = KBox::pin_init(
-            new_mutex!(Soft {
-                state: QpState::Reset,
-                attrs,
-            }),
-            GFP_KERNEL,
-        );
         let undo = |e: Error| {
             self.ids.lock().qps.free(id);
             ring.release();
             e
         };
-        let soft = soft.map_err(|e| undo(e.into()))?;
+        let soft = new_soft(id).map_err(undo)?;
         let mut cmd = hw::CreateQp::decode(&[0; hw::CreateQp::SIZE]);
         cmd.hdr = header(hw::admin_op::CREATE_QP);
         cmd.qp_id = id;
@@ -309,9 +345,11 @@ impl IbData<'_> {
             id,
             qp_type: attr.qp_type,
             cap: attr.cap,
-            ring,
-            _sq: sq,
-            _rq: rq,
+            mem: QpMem::User {
+                ring,
+                _sq: sq,
+                _rq: rq,
+            },
             soft,
         };
         self.tables.lock().set_qp(id, Some(events));
@@ -379,6 +417,10 @@ impl IbData<'_> {
         }
         soft.attrs = attrs;
         soft.state = next;
+        if let Some(k) = qp.kernel_rings() {
+            k.qkey.store(attrs.qkey, Relaxed);
+            k.in_error.store(u32::from(next == QpState::Err), Relaxed);
+        }
         Ok(())
     }
 
@@ -413,8 +455,11 @@ impl IbData<'_> {
     pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result {
         self.tables.lock().set_qp(qp.id, None);
         self.destroy_object(hw::admin_op::DESTROY_QP, qp.id)?;
+        match &qp.mem {
+            QpMem::User { ring, .. } => ring.release(),
+            QpMem::Kernel(k) => self.forget_kernel_qp(k),
+        }
         self.ids.lock().qps.free(qp.id);
-        qp.ring.release();
         Ok(())
     }
 }

@@ -14,6 +14,9 @@ use kernel::{
 /// The mapped BAR0 of a ferrdma function.
 pub(crate) type Bar0<'bound> = pci::Bar<'bound, { hw::BAR0_SIZE }>;
 
+/// The mapped doorbell BAR; the kernel rings its own queues through page 0.
+pub(crate) type DbPage<'bound> = pci::Bar<'bound, { hw::DB_PAGE_SIZE }>;
+
 register! {
     /// Device identification: always [`hw::DEVICE_ID_MAGIC`].
     pub(crate) ID(u32) @ 0x000 {

@@ -8,7 +8,7 @@ use crate::interface as hw;
 use kernel::prelude::*;
 
 /// SQ quanta libirdma reserves on top of the requested WRs.
-const SQ_RESERVED: u32 = 258;
+pub(crate) const SQ_RESERVED: u32 = 258;
 /// RQ WQEs libirdma reserves on top of the requested WRs.
 const RQ_RESERVED: u32 = 1;
 

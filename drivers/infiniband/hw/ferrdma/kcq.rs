@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Kernel completion queues: the driver owns the ring and the shadow area (in coherent
+//! memory), polls CQEs into `ib_wc`s and arms through doorbell page 0. Everything here may
+//! run in atomic context.
+
+use crate::{
+    admin::header,
+    cq::{ceq_for_vector, Cq},
+    ibdev::IbData,
+    interface as hw,
+    kwqe::{self, Cqe},
+    sizing,
+};
+use kernel::{
+    dma::Coherent,
+    infiniband::{CqEvents, CqInitAttr, CqNotify, NewCq, Wc, WcOpcode, WcSink, WcStatus},
+    io::{io_read, io_write, Io},
+    new_spinlock_irq,
+    prelude::*,
+    sync::{
+        barrier::{dma_mb, Read},
+        Arc, SpinLockIrq,
+    },
+};
+
+/// Largest kernel CQ, in CQEs a consumer may ask for.
+const MAX_KERNEL_CQE: u32 = 32767;
+
+/// The consumer position in a CQ ring.
+struct CqPos {
+    /// Next slot to read.
+    head: u32,
+    /// Valid-bit value of the current pass.
+    polarity: bool,
+}
+
+/// A kernel CQ's ring.
+#[pin_data]
+pub(crate) struct KCq {
+    id: u32,
+    size: u32,
+    ring: Coherent<[u64]>,
+    shadow: Coherent<[u64]>,
+    /// Taken by poll, arm and QP cleanup; orders them.
+    #[pin]
+    pos: SpinLockIrq<CqPos>,
+}
+
+/// What polling one CQE did.
+enum Step {
+    /// The CQE is done with: advance past it.
+    Consume,
+    /// The CQE stays (a flush CQE with more WQEs of its queue to report).
+    Park,
+}
+
+impl KCq {
+    fn cqe_qwords(&self, slot: u32) -> Result<[u64; 4]> {
+        let b = slot as usize * 4;
+        Ok([
+            io_read!(self.ring, [try: b]),
+            io_read!(self.ring, [try: b + 1]),
+            io_read!(self.ring, [try: b + 2]),
+            io_read!(self.ring, [try: b + 3]),
+        ])
+    }
+
+    /// The CQE at `pos`, if the device has written it; with the number of slots it takes.
+    fn peek(&self, pos: &CqPos) -> Result<Option<(Cqe, u32)>> {
+        let qw3: u64 = io_read!(self.ring, [try: pos.head as usize * 4 + 3]);
+        if (qw3 >> hw::cqe::VALID & 1 == 1) != pos.polarity {
+            return Ok(None);
+        }
+        // qw3 is written last: read the rest only after seeing it.
+        dma_mb(Read);
+        let qw = self.cqe_qwords(pos.head)?;
+        if hw::cqe_info(qw[3]).ext {
+            let next = (pos.head + 1) % self.size;
+            let pol = if next == 0 {
+                !pos.polarity
+            } else {
+                pos.polarity
+            };
+            let e = self.cqe_qwords(next)?;
+            // The device writes the extension before slot 0's qw3, so a mismatch is a
+            // broken device: skip the CQE rather than read garbage.
+            if (e[3] >> hw::cqe::VALID & 1 == 1) != pol {
+                return Ok(Some((kwqe::decode_cqe([0, 0, 0, qw[3]], None), 2)));
+            }
+            return Ok(Some((kwqe::decode_cqe(qw, Some(e)), 2)));
+        }
+        Ok(Some((kwqe::decode_cqe(qw, None), 1)))
+    }
+
+    fn advance(&self, pos: &mut CqPos, slots: u32) -> Result {
+        for _ in 0..slots {
+            pos.head += 1;
+            if pos.head == self.size {
+                pos.head = 0;
+                pos.polarity = !pos.polarity;
+            }
+        }
+        io_write!(self.shadow, [try: hw::cq_shadow::HEAD_OFFSET / 8], u64::from(pos.head));
+        Ok(())
+    }
+
+    /// Marks the CQEs of QP `qp_id` still in the ring as stale (context 0), so that they are
+    /// skipped: the QP is being destroyed and its id may be reused.
+    pub(crate) fn forget_qp(&self, qp_id: u32) {
+        let pos = self.pos.lock();
+        let mut p = CqPos {
+            head: pos.head,
+            polarity: pos.polarity,
+        };
+        for _ in 0..self.size {
+            let Ok(Some((c, slots))) = self.peek(&p) else {
+                break;
+            };
+            if c.qp_id == qp_id {
+                let _ = (|| -> Result {
+                    io_write!(self.ring, [try: p.head as usize * 4 + 1], 0u64);
+                    Ok(())
+                })();
+            }
+            for _ in 0..slots {
+                p.head += 1;
+                if p.head == self.size {
+                    p.head = 0;
+                    p.polarity = !p.polarity;
+                }
+            }
+        }
+    }
+
+    /// Rewrites the parked flush CQE at `head` to a general flush, so later polls report the
+    /// remaining WQEs as flushed (the first one got the specific error).
+    fn downgrade_to_flush(&self, head: u32) -> Result {
+        let i = head as usize * 4 + 3;
+        let qw3: u64 = io_read!(self.ring, [try: i]);
+        let v = (qw3 & !0xffff_ffff)
+            | u64::from(hw::cqe::MAJERR_FLUSH) << hw::cqe::MAJERR_LO
+            | u64::from(hw::flush::GENERAL);
+        io_write!(self.ring, [try: i], v);
+        Ok(())
+    }
+}
+
+impl IbData<'_> {
+    pub(crate) fn create_kernel_cq(
+        &self,
+        attr: &CqInitAttr,
+        events: CqEvents,
+    ) -> Result<NewCq<Cq>> {
+        if attr.flags != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        if attr.cqe == 0 || attr.cqe > MAX_KERNEL_CQE {
+            return Err(EINVAL);
+        }
+        self.kernel_doorbells()?;
+        // Every completion may take two slots (immediate data), and one slot stays free.
+        let size = (2 * (attr.cqe + 1)).max(hw::MIN_CQ_ENTRIES);
+        let ring = Coherent::<u64>::zeroed_slice(self.dev, size as usize * 4, GFP_KERNEL)?;
+        let shadow = Coherent::<u64>::zeroed_slice(self.dev, 8, GFP_KERNEL)?;
+        let id = self
+            .ids
+            .lock()
+            .cqs
+            .alloc_in(1, self.caps.max_cq.min(hw::MAX_CQ))
+            .ok_or(ENOMEM)?;
+        let mut cmd = hw::CreateCq::decode(&[0; hw::CreateCq::SIZE]);
+        cmd.hdr = header(hw::admin_op::CREATE_CQ);
+        cmd.cq_id = id;
+        cmd.size = size;
+        cmd.eq_id = ceq_for_vector(attr.comp_vector, self.ceqs());
+        cmd.db_page = 0;
+        cmd.shadow_addr = shadow.dma_address();
+        cmd.ring = hw::PageList {
+            // Coherent memory is contiguous.
+            addr: ring.dma_address(),
+            npages: sizing::pages(size),
+            level: hw::PBL_LEVEL_CONTIG,
+            rsvd0: 0,
+            rsvd1: 0,
+        };
+        let kcq = Arc::pin_init(
+            pin_init!(KCq {
+                id,
+                size,
+                ring,
+                shadow,
+                pos <- new_spinlock_irq!(CqPos { head: 0, polarity: true }),
+            }),
+            GFP_KERNEL,
+        );
+        let made = kcq.and_then(|k| self.admin(&cmd.encode()).map(|_| k));
+        match made {
+            Ok(k) => {
+                self.tables.lock().set_cq(id, Some(events));
+                Ok(NewCq {
+                    value: Cq::new_kernel(id, k),
+                    cqe: attr.cqe,
+                })
+            }
+            Err(e) => {
+                self.ids.lock().cqs.free(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// `poll_cq` of a kernel CQ.
+    pub(crate) fn poll_kernel_cq(&self, cq: &KCq, out: &mut WcSink<'_>) -> Result {
+        let mut pos = cq.pos.lock();
+        // A parked flush CQE yields one completion per WQE; bound the loop by the ring so a
+        // misbehaving device cannot keep us here.
+        for _ in 0..2 * cq.size + 64 {
+            if out.is_full() {
+                break;
+            }
+            let Some((c, slots)) = cq.peek(&pos)? else {
+                break;
+            };
+            match self.complete(cq, pos.head, &c, out)? {
+                Step::Consume => cq.advance(&mut pos, slots)?,
+                Step::Park => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns one CQE into at most one completion.
+    fn complete(&self, cq: &KCq, head: u32, c: &Cqe, out: &mut WcSink<'_>) -> Result<Step> {
+        if c.ctx == 0 {
+            return Ok(Step::Consume);
+        }
+        let Some(qp) = self.tables.lock().kqp(c.qp_id as usize) else {
+            return Ok(Step::Consume);
+        };
+        if c.info.error {
+            let status = kwqe::error_status(c.info.major, c.info.minor);
+            let vendor_err = u32::from(c.info.major) << 16 | u32::from(c.info.minor);
+            let (wc, more) = if c.info.sq {
+                match qp.sq_pop_oldest() {
+                    Some((e, more)) => (
+                        Wc {
+                            wr_id: e.wr_id,
+                            status,
+                            opcode: e.opcode,
+                            vendor_err,
+                            byte_len: e.bytes,
+                            qp: qp.name(),
+                            imm: None,
+                            invalidated: None,
+                            src_qp: qp.id,
+                            network: None,
+                        },
+                        more,
+                    ),
+                    None => return Ok(Step::Consume),
+                }
+            } else {
+                match qp.rq_pop_oldest() {
+                    Some((wr_id, more)) => (
+                        Wc {
+                            wr_id,
+                            status,
+                            opcode: WcOpcode::Recv,
+                            vendor_err,
+                            byte_len: 0,
+                            qp: qp.name(),
+                            imm: None,
+                            invalidated: None,
+                            src_qp: qp.id,
+                            network: None,
+                        },
+                        more,
+                    ),
+                    None => return Ok(Step::Consume),
+                }
+            };
+            out.push(wc);
+            if !more {
+                return Ok(Step::Consume);
+            }
+            if status != WcStatus::WrFlush {
+                cq.downgrade_to_flush(head)?;
+            }
+            return Ok(Step::Park);
+        }
+        if c.info.sq {
+            if let Some(e) = qp.sq_complete(u32::from(c.info.wqe_idx)) {
+                out.push(Wc {
+                    wr_id: e.wr_id,
+                    status: WcStatus::Success,
+                    opcode: e.opcode,
+                    vendor_err: 0,
+                    byte_len: e.bytes,
+                    qp: qp.name(),
+                    imm: None,
+                    invalidated: None,
+                    src_qp: qp.id,
+                    network: None,
+                });
+            }
+        } else if let Some(wr_id) = qp.rq_complete() {
+            let r = kwqe::recv_info(c, qp.is_ud(), qp.id);
+            out.push(Wc {
+                wr_id,
+                status: WcStatus::Success,
+                opcode: r.opcode,
+                vendor_err: 0,
+                byte_len: r.byte_len,
+                qp: qp.name(),
+                imm: r.imm,
+                invalidated: r.invalidated,
+                src_qp: r.src_qp,
+                network: r.network,
+            });
+        }
+        Ok(Step::Consume)
+    }
+
+    /// `req_notify_cq` of a kernel CQ: the arm word in the shadow area, then the CQ-arm
+    /// doorbell of page 0. Returns whether CQEs are already waiting.
+    pub(crate) fn arm_kernel_cq(&self, cq: &KCq, how: CqNotify) -> Result<bool> {
+        let db = self.kernel_doorbells()?;
+        let pos = cq.pos.lock();
+        let i = hw::cq_shadow::ARM_OFFSET / 8;
+        let prev: u64 = io_read!(cq.shadow, [try: i]);
+        io_write!(cq.shadow, [try: i], hw::cq_arm_word(prev, how.solicited_only));
+        // writel() orders the shadow store before the doorbell.
+        db.write32(cq.id, hw::DB_CQ_ARM_OFFSET);
+        Ok(how.report_missed && cq.peek(&pos)?.is_some())
+    }
+}

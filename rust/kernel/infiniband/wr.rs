@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Work requests of kernel consumers (`struct ib_send_wr`, `struct ib_recv_wr`) and the
+//! `post_send`/`post_recv` callbacks.
+//!
+//! ib_core hands a provider a linked list of requests whose concrete type depends on the
+//! opcode (`ib_rdma_wr` for RDMA, `ib_ud_wr` for datagram QPs). The iterators here decode each
+//! one into a safe [`SendWr`]/[`RecvWr`] and remember which one was handed out last, so the
+//! callback can report the failing request (`bad_wr`) for the driver.
+
+use super::{ah::AhObject, device::Device, qp::qp_data, Driver};
+use crate::{bindings, ffi::c_int, prelude::*};
+use core::marker::PhantomData;
+
+/// A scatter/gather element (`struct ib_sge`).
+///
+/// For a request posted without [`SendWr::inline`], `addr` is a DMA address under `lkey`.
+#[repr(transparent)]
+pub struct Sge(bindings::ib_sge);
+
+impl Sge {
+    /// Address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.0.addr
+    }
+
+    /// Length in bytes.
+    pub fn length(&self) -> u32 {
+        self.0.length
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.0.lkey
+    }
+}
+
+/// Borrows `num` SGEs at `list`.
+///
+/// # Safety
+///
+/// `list` points to `num` initialised `ib_sge` that stay valid for `'a` (the post call).
+unsafe fn sges<'a>(list: *const bindings::ib_sge, num: c_int) -> Result<&'a [Sge]> {
+    let n = usize::try_from(num).map_err(|_| EINVAL)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if list.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: Guaranteed by the caller; `Sge` is a transparent `ib_sge`.
+    Ok(unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), n) })
+}
+
+/// What a send work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND, optionally with immediate data (host order) or invalidating a remote key.
+    Send {
+        /// Immediate data, as the host-order integer of the big-endian wire value.
+        imm: Option<u32>,
+        /// Remote key the responder invalidates (`IB_WR_SEND_WITH_INV`).
+        invalidate: Option<u32>,
+    },
+    /// RDMA WRITE, optionally with immediate data.
+    RdmaWrite {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Immediate data (host order).
+        imm: Option<u32>,
+    },
+    /// RDMA READ into the SGEs.
+    RdmaRead {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Invalidates a local key.
+    LocalInv {
+        /// The key.
+        rkey: u32,
+    },
+}
+
+/// The destination of a datagram (`struct ib_ud_wr`).
+pub struct UdDest<'a, T: Driver> {
+    /// Address handle.
+    pub ah: &'a T::Ah,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A decoded send work request.
+pub struct SendWr<'a, T: Driver> {
+    /// Consumer's identifier (or `wr_cqe` pointer), returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Data (local side).
+    pub sges: &'a [Sge],
+    /// A completion is wanted (`IB_SEND_SIGNALED`).
+    pub signaled: bool,
+    /// The responder should raise a solicited event (`IB_SEND_SOLICITED`).
+    pub solicited: bool,
+    /// Wait for earlier RDMA READs first (`IB_SEND_FENCE`).
+    pub fence: bool,
+    /// For datagram QPs: the destination.
+    pub ud: Option<UdDest<'a, T>>,
+    inline: bool,
+}
+
+impl<T: Driver> SendWr<'_, T> {
+    /// Whether the data is inline (`IB_SEND_INLINE`): the SGEs then hold kernel virtual
+    /// addresses whose bytes the provider copies, see [`SendWr::inline_segment`].
+    pub fn inline(&self) -> bool {
+        self.inline
+    }
+
+    /// Bytes of SGE `i` of an inline request; `None` if the request is not inline or has no
+    /// such SGE.
+    pub fn inline_segment(&self, i: usize) -> Option<&[u8]> {
+        if !self.inline {
+            return None;
+        }
+        let s = self.sges.get(i)?;
+        if s.length() == 0 {
+            return Some(&[]);
+        }
+        let ptr = s.addr() as usize as *const u8;
+        if ptr.is_null() {
+            return None;
+        }
+        // SAFETY: With `IB_SEND_INLINE`, ib_post_send's contract is that each SGE's address is
+        // a kernel virtual address of `length` readable bytes for the duration of the call,
+        // which outlives `self`.
+        Some(unsafe { core::slice::from_raw_parts(ptr, s.length() as usize) })
+    }
+
+    /// Total bytes of the SGEs (saturating).
+    pub fn total_length(&self) -> u32 {
+        self.sges
+            .iter()
+            .fold(0u32, |acc, s| acc.saturating_add(s.length()))
+    }
+}
+
+/// The send requests of one `post_send` call, decoded one at a time.
+pub struct SendWrs<'a, T: Driver> {
+    next: *const bindings::ib_send_wr,
+    last: *const bindings::ib_send_wr,
+    ud: bool,
+    _p: PhantomData<(&'a bindings::ib_send_wr, T)>,
+}
+
+impl<'a, T: Driver> SendWrs<'a, T> {
+    /// Decodes `wr`.
+    ///
+    /// # Safety
+    ///
+    /// `wr` is a valid request of a QP of driver `T` (datagram type iff `ud`) for `'a`.
+    unsafe fn decode(wr: *const bindings::ib_send_wr, ud: bool) -> Result<SendWr<'a, T>> {
+        // SAFETY: Guaranteed by the caller.
+        let w = unsafe { &*wr };
+        let flags = w.send_flags;
+        // SAFETY: The list and count come from the consumer's request.
+        let sges = unsafe { sges(w.sg_list, w.num_sge) }?;
+        // SAFETY: `ex` is a plain union of `__be32` values.
+        let ex = unsafe { w.ex.imm_data };
+        let imm = u32::from_be(ex);
+        let op = match w.opcode {
+            bindings::ib_wr_opcode_IB_WR_SEND => SendOp::Send {
+                imm: None,
+                invalidate: None,
+            },
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_IMM => SendOp::Send {
+                imm: Some(imm),
+                invalidate: None,
+            },
+            bindings::ib_wr_opcode_IB_WR_SEND_WITH_INV if !ud => SendOp::Send {
+                imm: None,
+                // SAFETY: As above; for SEND_WITH_INV the union holds the key.
+                invalidate: Some(unsafe { w.ex.invalidate_rkey }),
+            },
+            bindings::ib_wr_opcode_IB_WR_LOCAL_INV if !ud => SendOp::LocalInv {
+                // SAFETY: As above.
+                rkey: unsafe { w.ex.invalidate_rkey },
+            },
+            op @ (bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
+            | bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM
+            | bindings::ib_wr_opcode_IB_WR_RDMA_READ)
+                if !ud =>
+            {
+                // SAFETY: RDMA opcodes are posted as `ib_rdma_wr`, whose first member is `wr`.
+                let r = unsafe { &*wr.cast::<bindings::ib_rdma_wr>() };
+                match op {
+                    bindings::ib_wr_opcode_IB_WR_RDMA_READ => SendOp::RdmaRead {
+                        remote_addr: r.remote_addr,
+                        rkey: r.rkey,
+                    },
+                    bindings::ib_wr_opcode_IB_WR_RDMA_WRITE => SendOp::RdmaWrite {
+                        remote_addr: r.remote_addr,
+                        rkey: r.rkey,
+                        imm: None,
+                    },
+                    _ => SendOp::RdmaWrite {
+                        remote_addr: r.remote_addr,
+                        rkey: r.rkey,
+                        imm: Some(imm),
+                    },
+                }
+            }
+            _ => return Err(EINVAL),
+        };
+        let dest = if ud {
+            // SAFETY: Requests to datagram QPs are `ib_ud_wr`, whose first member is `wr`.
+            let u = unsafe { &*wr.cast::<bindings::ib_ud_wr>() };
+            if u.ah.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: A live AH of this device, held by the consumer during the call.
+            let ah = unsafe { (*u.ah.cast::<AhObject<T>>()).data.assume_init_ref() };
+            Some(UdDest {
+                ah,
+                remote_qpn: u.remote_qpn,
+                remote_qkey: u.remote_qkey,
+            })
+        } else {
+            None
+        };
+        Ok(SendWr {
+            // SAFETY: `wr_id` and `wr_cqe` share the union's 64 bits.
+            wr_id: unsafe { w.__bindgen_anon_1.wr_id },
+            op,
+            sges,
+            signaled: flags & bindings::ib_send_flags_IB_SEND_SIGNALED != 0,
+            solicited: flags & bindings::ib_send_flags_IB_SEND_SOLICITED != 0,
+            fence: flags & bindings::ib_send_flags_IB_SEND_FENCE != 0,
+            ud: dest,
+            inline: flags & bindings::ib_send_flags_IB_SEND_INLINE != 0,
+        })
+    }
+}
+
+impl<'a, T: Driver> Iterator for SendWrs<'a, T> {
+    type Item = Result<SendWr<'a, T>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next.is_null() {
+            return None;
+        }
+        let wr = self.next;
+        self.last = wr;
+        // SAFETY: Every request of the list is valid for the call (`post_send` contract).
+        self.next = unsafe { (*wr).next };
+        // SAFETY: As above; `ud` was derived from the QP's type.
+        Some(unsafe { Self::decode(wr, self.ud) })
+    }
+}
+
+/// A decoded receive work request.
+pub struct RecvWr<'a> {
+    /// Consumer's identifier (or `wr_cqe` pointer).
+    pub wr_id: u64,
+    /// Buffers.
+    pub sges: &'a [Sge],
+}
+
+/// The receive requests of one `post_recv` call.
+pub struct RecvWrs<'a> {
+    next: *const bindings::ib_recv_wr,
+    last: *const bindings::ib_recv_wr,
+    _p: PhantomData<&'a bindings::ib_recv_wr>,
+}
+
+impl<'a> Iterator for RecvWrs<'a> {
+    type Item = Result<RecvWr<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next.is_null() {
+            return None;
+        }
+        let wr = self.next;
+        self.last = wr;
+        // SAFETY: Every request of the list is valid for the call (`post_recv` contract).
+        let w = unsafe { &*wr };
+        self.next = w.next;
+        // SAFETY: As above.
+        let decoded = unsafe { sges(w.sg_list, w.num_sge) }.map(|sges| RecvWr {
+            // SAFETY: `wr_id` and `wr_cqe` share the union's 64 bits.
+            wr_id: unsafe { w.__bindgen_anon_1.wr_id },
+            sges,
+        });
+        Some(decoded)
+    }
+}
+
+/// `post_send`.
+///
+/// # Safety
+///
+/// Called by ib_core (possibly in atomic context) with a live kernel QP of driver `T`.
+pub(crate) unsafe extern "C" fn post_send<T: Driver>(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_send_wr,
+    bad_wr: *mut *const bindings::ib_send_wr,
+) -> c_int {
+    // SAFETY: The QP is live (function contract).
+    let (dev, qt) = unsafe { (Device::<T>::from_raw((*qp).device), (*qp).qp_type) };
+    let ud = qt == bindings::ib_qp_type_IB_QPT_UD || qt == bindings::ib_qp_type_IB_QPT_GSI;
+    let mut wrs = SendWrs::<T> {
+        next: wr,
+        last: wr,
+        ud,
+        _p: PhantomData,
+    };
+    // SAFETY: As above; the data lives as long as the QP.
+    let data = unsafe { qp_data::<T>(qp) };
+    // SAFETY: Called from an ib_core callback.
+    let r = unsafe { dev.with_data(|d| T::post_send(d, data, &mut wrs)) };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: `bad_wr` is valid for writes (callback contract).
+                unsafe { *bad_wr = wrs.last };
+            }
+            e.to_errno()
+        }
+    }
+}
+
+/// `post_recv`.
+///
+/// # Safety
+///
+/// Called by ib_core (possibly in atomic context) with a live kernel QP of driver `T`.
+pub(crate) unsafe extern "C" fn post_recv<T: Driver>(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_recv_wr,
+    bad_wr: *mut *const bindings::ib_recv_wr,
+) -> c_int {
+    // SAFETY: The QP is live (function contract).
+    let dev = unsafe { Device::<T>::from_raw((*qp).device) };
+    let mut wrs = RecvWrs {
+        next: wr,
+        last: wr,
+        _p: PhantomData,
+    };
+    // SAFETY: As above.
+    let data = unsafe { qp_data::<T>(qp) };
+    // SAFETY: Called from an ib_core callback.
+    let r = unsafe { dev.with_data(|d| T::post_recv(d, data, &mut wrs)) };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            if !bad_wr.is_null() {
+                // SAFETY: `bad_wr` is valid for writes (callback contract).
+                unsafe { *bad_wr = wrs.last };
+            }
+            e.to_errno()
+        }
+    }
+}
