@@ -13,7 +13,8 @@ include/uapi/rdma/irdma-abi.h.
     uverbs_raw.py scenario DEV GID_INDEX GID_HEX [leave-open]
         On one file: a valid GET_CONTEXT and ALLOC_PD, then hostile and valid REG_MR, DEREG_MR,
         CREATE_CQ, DESTROY_CQ, CREATE_QP, MODIFY_QP, DESTROY_QP, CREATE_AH and DESTROY_AH
-        commands on buffers mmap()ed here. Prints one line per case:
+        commands on buffers mmap()ed here, and the kernel-verbs commands POLL_CQ, REQ_NOTIFY_CQ,
+        POST_SEND, POST_RECV and POST_SRQ_RECV against these user objects. Prints one line per case:
             case NAME ERRNO [KEY=VALUE ...]
         (ERRNO is 0 or a name such as EINVAL; 95 is printed as EOPNOTSUPP). It does not judge
         the errnos: the calling test holds the expectations. GID_INDEX/GID_HEX name a RoCE v2
@@ -37,10 +38,15 @@ CMD_DESTROY_AH = 8
 CMD_REG_MR = 9
 CMD_DEREG_MR = 13
 CMD_CREATE_CQ = 18
+CMD_POLL_CQ = 22
+CMD_REQ_NOTIFY_CQ = 23
 CMD_DESTROY_CQ = 20
 CMD_CREATE_QP = 24
 CMD_MODIFY_QP = 26
 CMD_DESTROY_QP = 27
+CMD_POST_SEND = 28
+CMD_POST_RECV = 29
+CMD_POST_SRQ_RECV = 30
 
 CORE_RESP = 8  # struct ib_uverbs_get_context_resp: async_fd, num_comp_vectors
 
@@ -71,6 +77,14 @@ M_MAX_DEST_RD_ATOMIC = 1 << 17
 M_DEST_QPN = 1 << 20
 # enum ib_access_flags
 ACC_LOCAL_WRITE, ACC_REMOTE_WRITE, ACC_REMOTE_READ, ACC_REMOTE_ATOMIC = 1, 2, 4, 8
+# enum ib_uverbs_wr_opcode
+WR_RDMA_WRITE, WR_SEND, WR_ATOMIC_FETCH_AND_ADD = 0, 2, 6
+# enum ib_uverbs_send_flags
+SEND_SIGNALED = 2
+# sizeof struct ib_uverbs_wc, ib_uverbs_send_wr, ib_uverbs_recv_wr, ib_uverbs_sge
+WC_SIZE, SEND_WR_SIZE, RECV_WR_SIZE, SGE_SIZE = 32, 56, 16, 16
+U32_MAX = 0xffffffff
+BOGUS_HANDLE = 0xdeadbeef
 
 PAGE = 4096
 ROCE_SQ_RESERVED, ROCE_RQ_RESERVED = 258, 1
@@ -223,14 +237,14 @@ class Uverbs:
 
     def reg_mr(self, pd, start, length, drv=None, access=ACC_LOCAL_WRITE, iova=None,
                resp_addr=None):
-        """drv: irdma_mem_reg_req bytes (None: no driver data). Returns (errno, (handle, lkey))."""
+        """drv: irdma_mem_reg_req bytes (None: no driver data). Returns (errno, (handle, lkey,
+        rkey))."""
         core = struct.pack("<QQQQII", 0, start, length, start if iova is None else iova, pd,
                            access)
         e, r, _ = self.write(CMD_REG_MR, core, drv or b"", 12, resp_addr=resp_addr)
         if e:
             return e, None
-        h, lkey, _rkey = struct.unpack("<III", r)
-        return e, (h, lkey)
+        return e, struct.unpack("<III", r)
 
     def dereg_mr(self, mr):
         return self.write(CMD_DEREG_MR, struct.pack("<I", mr), has_resp=False)[0]
@@ -291,6 +305,68 @@ class Uverbs:
 
     def destroy_ah(self, ah):
         return self.write(CMD_DESTROY_AH, struct.pack("<I", ah), has_resp=False)[0]
+
+    # -- the kernel-verbs commands (uverbs' own work-request marshalling, no udata)
+
+    def poll_cq(self, cq, ne, room=None):
+        """POLL_CQ asking for ne completions, with a response of room (default min(ne, 4))
+        struct ib_uverbs_wc after the 8-byte header (room -1: no response room at all).
+        Returns (errno, count)."""
+        room = min(ne, 4) if room is None else room
+        out = 0 if room < 0 else 8 + room * WC_SIZE
+        e, r, _ = self.write(CMD_POLL_CQ, struct.pack("<QII", 0, cq, ne), core_out=out)
+        return e, (struct.unpack_from("<I", r)[0] if not e and r else None)
+
+    def req_notify_cq(self, cq, solicited_only):
+        return self.write(CMD_REQ_NOTIFY_CQ, struct.pack("<II", cq, solicited_only),
+                          has_resp=False)[0]
+
+    def _post(self, command, handle, wrs, sges, wr_count, sge_count, wqe_size):
+        """POST_SEND/POST_RECV/POST_SRQ_RECV: the 24-byte header, the work requests (each
+        wqe_size bytes as given), then the SGEs. wr_count/sge_count default to the numbers
+        given. Returns (errno, bad_wr)."""
+        core = struct.pack("<QIIII", 0, handle, len(wrs) if wr_count is None else wr_count,
+                           len(sges) if sge_count is None else sge_count, wqe_size)
+        e, r, _ = self.write(command, core + b"".join(wrs) + b"".join(sges), core_out=4)
+        return e, struct.unpack("<I", r)[0]
+
+    def post_send(self, qp, wrs, sges, wr_count=None, sge_count=None, wqe_size=SEND_WR_SIZE):
+        return self._post(CMD_POST_SEND, qp, wrs, sges, wr_count, sge_count, wqe_size)
+
+    def post_recv(self, qp, wrs, sges, wr_count=None, sge_count=None, wqe_size=RECV_WR_SIZE):
+        return self._post(CMD_POST_RECV, qp, wrs, sges, wr_count, sge_count, wqe_size)
+
+    def post_srq_recv(self, srq, wrs, sges, wr_count=None, sge_count=None,
+                      wqe_size=RECV_WR_SIZE):
+        return self._post(CMD_POST_SRQ_RECV, srq, wrs, sges, wr_count, sge_count, wqe_size)
+
+
+def send_wr(opcode, num_sge=1, wr_id=0x5e4d, flags=SEND_SIGNALED, rdma=None, atomic=None,
+            ud=None) -> bytes:
+    """struct ib_uverbs_send_wr; rdma=(remote_addr, rkey), atomic=(remote_addr, compare_add,
+    swap, rkey), ud=(ah handle, remote_qpn, qkey)."""
+    head = struct.pack("<QIIII", wr_id, num_sge, opcode, flags, 0)
+    if rdma:
+        union = struct.pack("<QII", rdma[0], rdma[1], 0)
+    elif atomic:
+        union = struct.pack("<QQQII", *atomic, 0)
+    elif ud:
+        union = struct.pack("<IIII", *ud, 0)
+    else:
+        union = b""
+    wr = head + union + bytes(32 - len(union))
+    assert len(wr) == SEND_WR_SIZE
+    return wr
+
+
+def recv_wr(num_sge=1, wr_id=0x4ec7) -> bytes:
+    """struct ib_uverbs_recv_wr."""
+    return struct.pack("<QII", wr_id, num_sge, 0)
+
+
+def sge(addr, length, lkey) -> bytes:
+    """struct ib_uverbs_sge (struct ib_sge's layout)."""
+    return struct.pack("<QII", addr, length, lkey)
 
 
 def qp_dest(gid: bytes = bytes(16), sgid_index=0, is_global=0, port=0) -> bytes:
@@ -462,6 +538,7 @@ class Scenario:
         self.cq, self.cq_ring_mr, self.cq_ring_buf = cq[0], ring_mr, ring
         self.case("create_cq.ring_in_use", u.create_cq(8, cq_req(ring, shadow))[0])
         self.case("dereg_mr.cq_ring_in_use", u.dereg_mr(ring_mr))
+        self.cq_verb_cases()
         # A second CQ whose ring goes after its CQ is destroyed.
         ring2, ring2_mr = self.ring_mr(pd, "reg_mr.cq_ring2", 2, memreg(MEMREG_CQ, cq_pages=1))
         e, cq2 = u.create_cq(8, cq_req(ring2, 0))
@@ -469,7 +546,97 @@ class Scenario:
         if not e:
             self.case("dereg_mr.cq_ring2_in_use", u.dereg_mr(ring2_mr))
             self.case("destroy_cq.cq2", u.destroy_cq(cq2[0]))
+            # The handle of the CQ just destroyed (before any new object can take the id).
+            self.case("poll_cq.destroyed", u.poll_cq(cq2[0], 1)[0])
+            self.case("req_notify_cq.destroyed", u.req_notify_cq(cq2[0], 0))
         self.case("dereg_mr.cq_ring2_after_destroy", u.dereg_mr(ring2_mr))
+
+    def cq_verb_cases(self):
+        """POLL_CQ and REQ_NOTIFY_CQ (kernel verbs) on the user CQ self.cq and on handles
+        that are not a CQ."""
+        u, cq = self.u, self.cq
+        self.case("poll_cq.ne_1", u.poll_cq(cq, 1)[0])
+        self.case("poll_cq.ne_0", u.poll_cq(cq, 0)[0])
+        # 2^32-1 completions asked for, room for one.
+        self.case("poll_cq.ne_huge", u.poll_cq(cq, U32_MAX, room=1)[0])
+        self.case("poll_cq.no_resp_room", u.poll_cq(cq, 1, room=-1)[0])
+        self.case("req_notify_cq.next_comp", u.req_notify_cq(cq, 0))
+        self.case("req_notify_cq.solicited", u.req_notify_cq(cq, 1))
+        self.case("poll_cq.bogus_handle", u.poll_cq(BOGUS_HANDLE, 1)[0])
+        self.case("poll_cq.pd_handle", u.poll_cq(self.pd, 1)[0])
+        self.case("req_notify_cq.bogus_handle", u.req_notify_cq(BOGUS_HANDLE, 1))
+        self.case("req_notify_cq.pd_handle", u.req_notify_cq(self.pd, 0))
+
+    def post_buf(self, name):
+        """A 1-page MEM registration for work requests to point at; returns (addr, (handle,
+        lkey, rkey))."""
+        buf = mmap_pages(1)
+        return buf, self.need(name, self.u.reg_mr(
+            self.pd, buf, PAGE, memreg(MEMREG_MEM),
+            access=ACC_LOCAL_WRITE | ACC_REMOTE_WRITE | ACC_REMOTE_READ))
+
+    def qp_post_cases(self, h):
+        """POST_SEND, POST_RECV and POST_SRQ_RECV (kernel verbs) on the user RC QP h (in
+        RTS) with valid and hostile work requests, and on handles that are not a QP/SRQ."""
+        u = self.u
+        buf, (mr, lkey, rkey) = self.post_buf("reg_mr.post_buf")
+        one = [sge(buf, 64, lkey)]
+        self.case("post_send.rc_send", u.post_send(h, [send_wr(WR_SEND)], one)[0])
+        self.case("post_send.rc_rdma_write", u.post_send(
+            h, [send_wr(WR_RDMA_WRITE, rdma=(buf + 1024, rkey))], one)[0])
+        self.case("post_send.rc_atomic", u.post_send(
+            h, [send_wr(WR_ATOMIC_FETCH_AND_ADD, atomic=(buf + 1024, 1, 0, rkey))],
+            [sge(buf, 8, lkey)])[0])
+        self.case("post_send.rc_opcode_bogus", u.post_send(h, [send_wr(0x55)], one)[0])
+        self.case("post_send.wr_count_0", u.post_send(h, [], [])[0])
+        # The counts claim more than the command carries (2^32-1 WRs of 56 bytes, 2^32-1
+        # SGEs of 16 bytes).
+        self.case("post_send.wr_count_overflow",
+                  u.post_send(h, [send_wr(WR_SEND)], one, wr_count=U32_MAX)[0])
+        self.case("post_send.sge_count_overflow",
+                  u.post_send(h, [send_wr(WR_SEND)], one, sge_count=U32_MAX)[0])
+        # A WR with more SGEs than the command's sge_count.
+        self.case("post_send.num_sge_beyond_sge_count",
+                  u.post_send(h, [send_wr(WR_SEND, num_sge=2)], one)[0])
+        # wqe_size 16 (< sizeof(struct ib_uverbs_send_wr)), the command consistent with it.
+        self.case("post_send.wqe_size_16",
+                  u.post_send(h, [send_wr(WR_SEND)[:16]], one, wqe_size=16)[0])
+        self.case("post_send.bogus_handle",
+                  u.post_send(BOGUS_HANDLE, [send_wr(WR_SEND)], one)[0])
+        self.case("post_send.cq_handle", u.post_send(self.cq, [send_wr(WR_SEND)], one)[0])
+        self.case("post_recv.rc_1_sge", u.post_recv(h, [recv_wr()], one)[0])
+        self.case("post_recv.wr_count_0", u.post_recv(h, [], [])[0])
+        self.case("post_recv.wqe_size_8", u.post_recv(h, [recv_wr()[:8]], one, wqe_size=8)[0])
+        self.case("post_recv.sge_count_overflow",
+                  u.post_recv(h, [recv_wr()], one, sge_count=U32_MAX)[0])
+        self.case("post_recv.num_sge_beyond_sge_count",
+                  u.post_recv(h, [recv_wr(num_sge=3)], one)[0])
+        self.case("post_recv.bogus_handle", u.post_recv(BOGUS_HANDLE, [recv_wr()], one)[0])
+        self.case("post_srq_recv.bogus_handle",
+                  u.post_srq_recv(BOGUS_HANDLE, [recv_wr()], one)[0])
+        self.case("post_srq_recv.qp_handle", u.post_srq_recv(h, [recv_wr()], one)[0])
+        self.case("dereg_mr.post_buf", u.dereg_mr(mr))
+
+    def ud_post_cases(self, h):
+        """POST_SEND on the user UD QP h with a valid AH and with bad ones."""
+        u = self.u
+        buf, (mr, lkey, _) = self.post_buf("reg_mr.post_buf_ud")
+        ah = self.need("create_ah.for_ud", u.create_ah(self.pd, self.gid, self.gid_index))[0]
+        one = [sge(buf, 64, lkey)]
+        self.case("post_send.ud_send", u.post_send(
+            h, [send_wr(WR_SEND, ud=(ah, 2, 0x11111111))], one)[0])
+        self.case("post_send.ud_bad_ah", u.post_send(
+            h, [send_wr(WR_SEND, ud=(BOGUS_HANDLE, 2, 0x11111111))], one)[0])
+        self.case("post_send.ud_ah_is_qp", u.post_send(
+            h, [send_wr(WR_SEND, ud=(h, 2, 0x11111111))], one)[0])
+        self.case("post_send.ud_rdma_write", u.post_send(
+            h, [send_wr(WR_RDMA_WRITE, rdma=(buf, 0))], one)[0])
+        self.case("post_recv.ud_1_sge", u.post_recv(h, [recv_wr()], one)[0])
+        self.case("destroy_ah.for_ud", u.destroy_ah(ah))
+        # The AH's handle, just destroyed.
+        self.case("post_send.ud_destroyed_ah", u.post_send(
+            h, [send_wr(WR_SEND, ud=(ah, 2, 0x11111111))], one)[0])
+        self.case("dereg_mr.post_buf_ud", u.dereg_mr(mr))
 
     # QP caps (send_wr, recv_wr, send_sge, recv_sge, inline): irdma-abi.md §3.2's worked
     # example (4, 3, 0, 16, 2) -> sq_shift 2, sq_depth 512 (4 pages), actual_sq_size 128;
@@ -527,6 +694,9 @@ class Scenario:
         self.other_context_cases()
         self.modify_cases(h, qpn)
         self.case("destroy_qp.valid", u.destroy_qp(h))
+        # The handle of the QP just destroyed.
+        self.case("post_send.destroyed_qp", u.post_send(h, [send_wr(WR_SEND, num_sge=0)], [])[0])
+        self.case("post_recv.destroyed_qp", u.post_recv(h, [recv_wr(num_sge=0)], [])[0])
         self.case("dereg_mr.qp_ring_after_destroy", u.dereg_mr(mr))
         self.spoof_case()
         self.ud_case()
@@ -597,6 +767,7 @@ class Scenario:
         self.case("modify_qp.rts_max_rd_atomic_255",
                   u.modify_qp(h, rts, RTS, **dict(rts_kw, max_rd_atomic=255)))
         self.case("modify_qp.rts", u.modify_qp(h, rts, RTS, **rts_kw))
+        self.qp_post_cases(h)
         self.case("modify_qp.rts_to_sqd", u.modify_qp(h, M_STATE, SQD))
         self.case("modify_qp.sqd_to_rts", u.modify_qp(h, M_STATE, RTS))
         self.case("modify_qp.rts_to_init", u.modify_qp(h, M_STATE, INIT))
@@ -635,6 +806,7 @@ class Scenario:
         e, qp = u.create_qp(pd, cq, QPT_UD, list(self.CAPS), qp_req(buf))
         self.case("create_qp.ud_valid", e, **(qp[2] if qp else {}))
         if not e:
+            self.ud_post_cases(qp[0])
             self.case("destroy_qp.ud", u.destroy_qp(qp[0]))
         self.case("dereg_mr.qp_ring_ud", u.dereg_mr(mr))
 
