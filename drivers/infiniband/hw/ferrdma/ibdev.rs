@@ -552,7 +552,8 @@ impl infiniband::Driver for FerrdmaIb {
     }
 
     fn poll_cq(data: &IbData<'_>, cq: &Cq, out: &mut WcSink<'_>) -> Result {
-        // User CQs are libirdma's to poll (uverbs' POLL_CQ command reaches here too).
+        // User CQs are libirdma's to poll. ib_core keeps the legacy uverbs POLL_CQ command
+        // away from us (it is not in uverbs_cmd_mask); refusing is the backstop.
         data.poll_kernel_cq(cq.kernel().ok_or(EINVAL)?, out)
     }
 
@@ -571,7 +572,7 @@ impl infiniband::Driver for FerrdmaIb {
     }
 
     fn post_send(data: &IbData<'_>, qp: &Qp, wrs: &mut SendWrs<'_, Self>) -> Result {
-        // User QPs post through libirdma (uverbs' POST_SEND command reaches here too).
+        // User QPs post through libirdma; as for poll_cq, refusing is the backstop.
         data.post_kernel_send(qp.kernel_rings().ok_or(EINVAL)?, wrs)
     }
 
