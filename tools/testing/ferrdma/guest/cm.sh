@@ -102,11 +102,12 @@ cm_setup() {
 # asynchronously) until the device's restrack counts and the cm_id list equal those from
 # cm_setup; fails naming WHAT otherwise.
 cm_expect_res_unchanged() {
-	local i res cmid
-	for ((i = 0; i < 100; i++)); do
+	local end=$((SECONDS + 20)) res cmid
+	while :; do
 		res=$(rdma res show "$EVENTS_DEV")
 		cmid=$(rdma res show cm_id)
 		[ "$res" = "$CM_RES_BEFORE" ] && [ "$cmid" = "$CM_CMID_BEFORE" ] && return 0
+		[ "$SECONDS" -lt "$end" ] || break
 		sleep 0.2
 	done
 	echo "cm_ids now: $cmid" >&2
@@ -130,13 +131,13 @@ cm_listening() {
 	rdma res show cm_id 2>/dev/null | grep LISTEN | grep -qE "src-addr [^ ]*[:.]$1( |$)"
 }
 
-# cm_wait_listener PID PORT LOG: waits up to 20 s until the server PID listens on rdma_cm PORT;
-# fails if the server exits first (showing LOG). Wildcard listeners of some tools may not show
-# in `rdma res` until a connection comes; then this goes on after the wait and the client's
-# retries cover the rest.
+# cm_wait_listener PID PORT LOG: waits up to 20 s until the server PID listens on rdma_cm PORT
+# (`rdma res show cm_id` lists listeners, wildcard ones per device, with state LISTEN); fails
+# if the server exits first (showing LOG). Should a device's listeners not be listed, this
+# goes on after the wait, and the client's retries cover the rest.
 cm_wait_listener() {
-	local pid=$1 port=$2 log=$3 i
-	for ((i = 0; i < 100; i++)); do
+	local pid=$1 port=$2 log=$3 end=$((SECONDS + 20))
+	while [ "$SECONDS" -lt "$end" ]; do
 		cm_listening "$port" && return 0
 		if ! kill -0 "$pid" 2>/dev/null; then
 			cat "$log" >&2
@@ -189,7 +190,7 @@ cm_pair() {
 	while [ "$1" != -- ]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")
-	cm_barrier "$name-start" 180
+	# The previous step's "-done" barrier (or cm_setup's "cm-up") starts this one.
 	if cm_server_node; then
 		note "$name: server: ${srv[*]}"
 		timeout "$CM_TIMEOUT" "${srv[@]}" > "$slog" 2>&1 &
@@ -258,17 +259,17 @@ cm_tools() {
 		rdma_client -s "$sa" -p $((p + 5))
 	# -T v: verify the data received. A result row each side.
 	cm_pair "riostream-v$fam" $((p + 6)) \
-		-s 1 '^custom +64k +100 ' -c 1 '^custom +64k +100 ' -- \
-		riostream -b "$sa" -p $((p + 6)) -T v -S 65536 -C 100 -- \
-		riostream -s "$sa" -p $((p + 6)) -T v -S 65536 -C 100
+		-s 1 '^custom +64k +50 ' -c 1 '^custom +64k +50 ' -- \
+		riostream -b "$sa" -p $((p + 6)) -T v -S 65536 -C 50 -- \
+		riostream -s "$sa" -p $((p + 6)) -T v -S 65536 -C 50
 	cm_pair "ib_write_bw-v$fam" $((p + 7)) \
-		-c 1 '^ +65536 +200 +[0-9.]+ +[0-9.]+' -- \
-		ib_write_bw -R -d "$dev" -p $((p + 7)) -n 200 -F "${ip6opt[@]}" -- \
-		ib_write_bw -R -d "$dev" -p $((p + 7)) -n 200 -F "${ip6opt[@]}" "$sa"
+		-c 1 '^ +65536 +100 +[0-9.]+ +[0-9.]+' -- \
+		ib_write_bw -R -d "$dev" -p $((p + 7)) -n 100 -F "${ip6opt[@]}" -- \
+		ib_write_bw -R -d "$dev" -p $((p + 7)) -n 100 -F "${ip6opt[@]}" "$sa"
 	cm_pair "ib_send_lat-v$fam" $((p + 8)) \
-		-s 1 '^ +2 +200 +[0-9.]+' -c 1 '^ +2 +200 +[0-9.]+' -- \
-		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 200 -F "${ip6opt[@]}" -- \
-		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 200 -F "${ip6opt[@]}" "$sa"
+		-s 1 '^ +2 +100 +[0-9.]+' -c 1 '^ +2 +100 +[0-9.]+' -- \
+		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F "${ip6opt[@]}" -- \
+		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F "${ip6opt[@]}" "$sa"
 	if [ "$fam" = 4 ]; then
 		# Distinct base QPNs (-q) for the "no QPs" round: with one CA on loopback, equal fake
 		# QPNs on both ends look like a stale connection to the IB CM.
