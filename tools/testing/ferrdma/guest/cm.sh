@@ -62,9 +62,9 @@ cm_ipv6_up() {
 	# One grep over the whole table (rxe has 1024 entries: a cat per entry takes minutes
 	# under TCG).
 	for ((i = 0; i < 150; i++)); do
-		for f in $(grep -lx "$hex" "$d"/gids/* 2>/dev/null); do
+		while read -r f; do
 			[ "$(cat "$d/gid_attrs/types/${f##*/}" 2>/dev/null)" = "RoCE v2" ] && found=${f##*/}
-		done
+		done < <(grep -lx "$hex" "$d"/gids/* 2>/dev/null)
 		[ -n "$found" ] && break
 		sleep 0.2
 	done
@@ -175,7 +175,7 @@ cm_check() {
 # must exit 0; -s and -c add output checks for the server and client side (MIN lines matching
 # REGEX). Logs: $CM_LOGS/NAME.server, NAME.client.
 cm_pair() {
-	local name=$1 port=$2 slog=$CM_LOGS/$1.server clog=$CM_LOGS/$1.client spid= rc t0=$SECONDS
+	local name=$1 port=$2 slog=$CM_LOGS/$1.server clog=$CM_LOGS/$1.client spid='' rc t0=$SECONDS
 	local -a scheck=() ccheck=() srv=() cli=()
 	shift 2
 	while [ "$1" != -- ]; do
@@ -317,7 +317,10 @@ cm_expect_fail() {
 	note "$name: $*"
 	timeout -k 5 "$secs" "$@" > "$log" 2>&1 || rc=$?
 	[ "$rc" != 0 ] || { cat "$log" >&2; fail "$name: $* succeeded; it should have failed"; }
-	[ "$rc" != 124 ] && [ "$rc" != 137 ] || { cat "$log" >&2; fail "$name: $* still ran after ${secs}s"; }
+	if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+		cat "$log" >&2
+		fail "$name: $* still ran after ${secs}s"
+	fi
 	grep -qE -- "$re" "$log" || { cat "$log" >&2; fail "$name: $* failed (status $rc) without saying '$re'"; }
 	note "$name: failed as expected in $((SECONDS - t0))s, status $rc: $(grep -m1 -E -- "$re" "$log")"
 }
