@@ -1,0 +1,9 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=2 timeout=400 nic=no
+#
+# RDMA CM failure paths between two VMs on soft RoCE, as a baseline for ferrdma: no listener,
+# unreachable address, peer link down mid-connection, a peer killed mid-transfer; every tool
+# must fail in bounded time and leave no object behind (guest/cm.sh: cm_failures).
+. "$FERRDMA_HARNESS/guest/cm.sh"
+cm_failures rxe

@@ -1,0 +1,9 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=2 timeout=500
+#
+# The RDMA CM end to end between two VMs on ferrdma0: rping, ucmatose, udaddy,
+# rdma_server/rdma_client, riostream, ib_write_bw -R, ib_send_lat -R and cmtime over IPv4 and
+# IPv6, node 1 serving (guest/cm.sh: cm_two_vms).
+. "$FERRDMA_HARNESS/guest/cm.sh"
+cm_two_vms ferrdma
