@@ -14,7 +14,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic progs run bench check check-nic check-vm fmt clean-cache
+.PHONY: all help sysroot kernel nic progs run bench check check-nic check-vm check-baseline fmt clean-cache
 
 all: kernel nic
 
@@ -50,6 +50,10 @@ check-nic:
 
 check-vm: kernel nic progs
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
+
+# The same tests on soft RoCE (rxe), the baseline ferrdma is compared with (not in check).
+check-baseline: kernel nic progs
+	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests --baseline
 
 # Format our Rust: the kernel's rustfmt rules for drivers/ and rust/, cargo fmt for the NIC.
 fmt: kernel

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=2 timeout=400 nic=no
+# ferrdma-test: vms=2 timeout=400 nic=no baseline=yes
 #
 # RDMA CM failure paths between two VMs on soft RoCE, as a baseline for ferrdma: no listener,
 # unreachable address, peer link down mid-connection, a peer killed mid-transfer; every tool

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=2 timeout=500 nic=no
+# ferrdma-test: vms=2 timeout=500 nic=no baseline=yes
 #
 # The RDMA CM end to end between two VMs on soft RoCE (rxe0 on each eth0), as a baseline for
 # ferrdma: rping, ucmatose, udaddy, rdma_server/rdma_client, riostream, ib_write_bw -R,

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300 nic=no
+# ferrdma-test: vms=1 timeout=300 nic=no baseline=yes
 #
 # Destroying QPs and CQs while their completions and events are in flight, on soft RoCE
 # (rxe0 on eth0), as a baseline for ferrdma: 300 create/arm/post/destroy rounds with a thread

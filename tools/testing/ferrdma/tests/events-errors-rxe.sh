@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300 nic=no
+# ferrdma-test: vms=1 timeout=300 nic=no baseline=yes
 #
 # Faults and the events they raise, on soft RoCE (rxe0 on eth0), as a baseline for ferrdma:
 # an RDMA WRITE with a wrong rkey completes with a remote access error and raises the QP

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400 nic=no
+# ferrdma-test: vms=1 timeout=400 nic=no baseline=yes
 #
 # Event-driven completion stress on soft RoCE (rxe0 on eth0), as a baseline for ferrdma:
 # 4 threads x 4 CQs, 100,000 completions, each CQ reaped only through its events (wait, ack, re-arm, poll until
