@@ -79,6 +79,7 @@ chmod 755 "$tmp/out"
 # Another build of the same key may have won the race: either copy is the same.
 mv -T "$tmp/out" "$out" 2>/dev/null || [ -f "$out/.built" ]
 # Keep the five newest builds (other worktrees may use theirs).
+# shellcheck disable=SC2012 # our own directory names
 ls -1dt "$cache"/kmod/*/.built 2>/dev/null | tail -n +6 | while read -r built; do
 	rm -rf "$(dirname "$built")"
 done
