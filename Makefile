@@ -14,7 +14,11 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
+<<<<<<< HEAD
 .PHONY: all help sysroot kernel nic progs run bench check check-nic check-vm check-baseline fmt clean-cache
+=======
+.PHONY: all help sysroot kernel nic progs kmod run bench check check-nic check-vm fmt clean-cache
+>>>>>>> kverbs
 
 all: kernel nic
 
@@ -34,6 +38,11 @@ nic:
 progs:
 	@tools/testing/ferrdma/progs/build.sh >/dev/null
 
+# The kernel-verbs test module of the VM suite (tools/testing/ferrdma/kmod), built out of tree
+# against the kernel build and cached by content (sources, compiler, kernel build).
+kmod: kernel
+	@tools/testing/ferrdma/kmod/build.sh >/dev/null
+
 run: kernel nic
 	@scripts/run-demo.sh
 
@@ -48,7 +57,7 @@ check:
 check-nic:
 	@cd tools/ferrdma-nic && cargo test
 
-check-vm: kernel nic progs
+check-vm: kernel nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
 
 # The same tests on soft RoCE (rxe), the baseline ferrdma is compared with (not in check).

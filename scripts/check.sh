@@ -69,6 +69,10 @@ if [ "$kernel_ok" = 1 ]; then
 		--config-path /ferrdma/cache/kernel/src/.rustfmt.toml \
 		$(find drivers rust -name "*.rs") >/dev/null'
 fi
+if [ "$kernel_ok" = 1 ]; then
+	check_one "kernel-verbs test module build (tools/testing/ferrdma/kmod)" \
+		"$here/in-sysroot.sh" bash -c '/ferrdma/src/tools/testing/ferrdma/kmod/build.sh >/dev/null'
+fi
 step "ferrdma-nic: release build"
 check_one "ferrdma-nic build" "$here/nic.sh" && nic_ok=1 || nic_ok=0
 

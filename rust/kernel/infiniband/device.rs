@@ -171,7 +171,10 @@ impl<'a, T: Driver> Registration<'a, T> {
             None => None,
         };
 
-        let netdev = KBox::pin_init(NetdevBinding::new(raw, 1, params.netdev_mac), GFP_KERNEL)?;
+        let netdev = KBox::pin_init(
+            NetdevBinding::new(raw, 1, params.netdev_mac, Self::netdev_link),
+            GFP_KERNEL,
+        )?;
         netdev.as_ref().register()?;
 
         // SAFETY: The device is fully set up; `parent` is a bound device, used for DMA mapping.
@@ -188,6 +191,20 @@ impl<'a, T: Driver> Registration<'a, T> {
             _data: data,
             _p: PhantomData,
         })
+    }
+
+    /// The bound network device went up or down ([`Driver::netdev_link`]).
+    ///
+    /// # Safety
+    ///
+    /// `ib` is the device of a registration whose data is still valid: the netdev notifier
+    /// is registered after the data pointer is stored and unregistered before the data is
+    /// dropped.
+    unsafe fn netdev_link(ib: *mut bindings::ib_device, up: bool) {
+        // SAFETY: `ib` belongs to a `Device<T>` (function contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: The data is valid (function contract).
+        unsafe { dev.with_data(|d| T::netdev_link(d, up)) };
     }
 
     /// The registration data.

@@ -131,6 +131,10 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Ok(())
     }
 
+    /// The network device port 1 is bound to went up (`true`) or down, or was bound with
+    /// that state. Process context, under RTNL; the default does nothing.
+    fn netdev_link(_data: &Self::RegistrationData<'_>, _up: bool) {}
+
     /// Interrupt `vector` of the registration's [`Msix`] vectors fired. Hard IRQ context.
     fn handle_irq(_data: &Self::RegistrationData<'_>, _vector: u32) -> IrqReturn {
         IrqReturn::None

@@ -6,7 +6,9 @@
 //! device through them, so the port must follow its network device: bound when a device with
 //! the MAC registers (or an existing one is found at registration: the notifier replays
 //! `NETDEV_REGISTER` for every existing device), rebound when addresses change, and unbound on
-//! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires.
+//! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires. The bound device going up or
+//! down is passed on to the provider (`on_link`): on a converged NIC the RDMA port shares
+//! the Ethernet port, so taking the interface down takes the RDMA link down too.
 
 use crate::ffi::{c_int, c_void};
 use crate::{bindings, error::to_result, prelude::*, types::Opaque};
@@ -23,7 +25,15 @@ pub(crate) struct NetdevBinding {
     ib: *mut bindings::ib_device,
     port: u32,
     mac: [u8; 6],
+    on_link: LinkFn,
 }
+
+/// Called with the device and whether the bound network device is up, under RTNL.
+///
+/// # Safety
+///
+/// Only called with the `ib_device` of the binding, while its registration data is valid.
+pub(crate) type LinkFn = unsafe fn(*mut bindings::ib_device, bool);
 
 // SAFETY: The notifier callback runs under RTNL; `ib` is only passed to thread-safe ib_core calls.
 unsafe impl Send for NetdevBinding {}
@@ -32,7 +42,12 @@ unsafe impl Sync for NetdevBinding {}
 
 impl NetdevBinding {
     /// Creates an unregistered binding.
-    pub(crate) fn new(ib: *mut bindings::ib_device, port: u32, mac: [u8; 6]) -> impl PinInit<Self> {
+    pub(crate) fn new(
+        ib: *mut bindings::ib_device,
+        port: u32,
+        mac: [u8; 6],
+        on_link: LinkFn,
+    ) -> impl PinInit<Self> {
         pin_init!(Self {
             // SAFETY: An all-zero `notifier_block` is valid; the callback is set in `register`.
             nb <- Opaque::ffi_init(|nb: *mut bindings::notifier_block| unsafe {
@@ -42,6 +57,7 @@ impl NetdevBinding {
             ib,
             port,
             mac,
+            on_link,
         })
     }
 
@@ -104,8 +120,19 @@ impl NetdevBinding {
             bindings::netdev_cmd_NETDEV_REGISTER | bindings::netdev_cmd_NETDEV_CHANGEADDR => {
                 if this.matches(ndev) {
                     this.set(ndev);
+                    // SAFETY: `ndev` is valid in its notifier call.
+                    let up = unsafe { (*ndev).flags } & bindings::net_device_flags_IFF_UP != 0;
+                    // SAFETY: The binding's device; the notifier is unregistered before the
+                    // registration data goes.
+                    unsafe { (this.on_link)(this.ib, up) };
                 } else if this.is_bound_to(ndev) {
                     this.set(core::ptr::null_mut());
+                }
+            }
+            ev @ (bindings::netdev_cmd_NETDEV_UP | bindings::netdev_cmd_NETDEV_DOWN) => {
+                if this.is_bound_to(ndev) {
+                    // SAFETY: As above.
+                    unsafe { (this.on_link)(this.ib, ev == bindings::netdev_cmd_NETDEV_UP) };
                 }
             }
             bindings::netdev_cmd_NETDEV_UNREGISTER => {

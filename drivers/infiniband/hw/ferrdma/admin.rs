@@ -173,11 +173,11 @@ impl AdminQueue {
         }
     }
 
-    /// QUERY_CAPS: the device's limits.
-    pub(crate) fn query_caps(&mut self, bar: &Bar0<'_>) -> Result<hw::Caps> {
+    /// Runs a QUERY_* command for object `id` and returns the first `N` bytes it wrote.
+    fn query<const N: usize>(&mut self, bar: &Bar0<'_>, opcode: u8, id: u32) -> Result<[u8; N]> {
         let q = hw::QueryObject {
-            hdr: header(hw::admin_op::QUERY_CAPS),
-            id: 0,
+            hdr: header(opcode),
+            id,
             out_len: OUT_BYTES as u32,
             out_addr: self.out.dma_address(),
             rsvd: [0; 16],
@@ -186,12 +186,24 @@ impl AdminQueue {
             rsvd3: [0; 24],
         };
         self.exec(bar, &q.encode())?;
-        let mut b = [0u8; 128];
-        for (q, chunk) in b.chunks_exact_mut(8).enumerate() {
+        let mut b = [0u8; N];
+        for (q, chunk) in b.chunks_mut(8).enumerate() {
             let v: u64 = io_read!(self.out, [try: q]);
-            chunk.copy_from_slice(&v.to_le_bytes());
+            chunk.copy_from_slice(&v.to_le_bytes()[..chunk.len()]);
         }
+        Ok(b)
+    }
+
+    /// QUERY_CAPS: the device's limits.
+    pub(crate) fn query_caps(&mut self, bar: &Bar0<'_>) -> Result<hw::Caps> {
+        let b = self.query::<{ hw::Caps::SIZE }>(bar, hw::admin_op::QUERY_CAPS, 0)?;
         Ok(hw::Caps::decode(&b))
+    }
+
+    /// QUERY_QP: the device's view of a QP (its state may have moved to ERR on a fault).
+    pub(crate) fn query_qp(&mut self, bar: &Bar0<'_>, id: u32) -> Result<hw::QpQueryOut> {
+        let b = self.query::<{ hw::QpQueryOut::SIZE }>(bar, hw::admin_op::QUERY_QP, id)?;
+        Ok(hw::QpQueryOut::decode(&b))
     }
 }
 

@@ -195,10 +195,8 @@ impl pci::Driver for FerrdmaDriver {
         ib.data().arm_eqs();
         dev_info!(pdev, "registered {}\n", ib.device().name());
 
-        if let Err(e) = ib.data().port_up() {
-            dev_err!(pdev, "SET_PORT failed: {:?}\n", e);
-            return Err(e);
-        }
+        // The port's link (SET_PORT) follows the network device it is bound to: the
+        // registration's netdev notifier sets it, replaying the device's current state.
 
         Ok(FerrdmaData { _ib: ib, pdev })
     }

@@ -195,6 +195,11 @@ impl<'a> IbData<'a> {
         self.admin.lock().exec(&self.bar, cmd)
     }
 
+    /// The device's view of QP `id`.
+    pub(crate) fn query_device_qp(&self, id: u32) -> Result<hw::QpQueryOut> {
+        self.admin.lock().query_qp(&self.bar, id)
+    }
+
     /// Runs a DESTROY_* or DEREG_MR command for object `id`.
     pub(crate) fn destroy_object(&self, opcode: u8, id: u32) -> Result {
         let mut cmd = hw::DestroyObject::decode(&[0; hw::DestroyObject::SIZE]);
@@ -299,9 +304,9 @@ pub(crate) fn set_port_cmd(mac: [u8; 6], up: bool, mtu: Mtu) -> hw::SetPort {
 }
 
 impl IbData<'_> {
-    /// Brings the port up: its MAC, link up, the largest MTU.
-    pub(crate) fn port_up(&self) -> Result {
-        self.admin(&set_port_cmd(self.mac, true, Mtu::Mtu4096).encode())
+    /// Sets the port's link state (with its MAC and the largest MTU).
+    pub(crate) fn set_link(&self, up: bool) -> Result {
+        self.admin(&set_port_cmd(self.mac, up, Mtu::Mtu4096).encode())
             .map(|_| ())
     }
 }
@@ -505,6 +510,14 @@ impl infiniband::Driver for FerrdmaIb {
         }
     }
 
+    fn netdev_link(data: &IbData<'_>, up: bool) {
+        // One port for LAN and RDMA: the interface going down takes the RDMA link with it
+        // (RC requests then fail with RETRY_EXC, as on a pulled cable).
+        if let Err(e) = data.set_link(up) {
+            pr_warn!("ferrdma: SET_PORT link {} failed: {:?}\n", up, e);
+        }
+    }
+
     fn handle_irq(data: &IbData<'_>, vector: u32) -> IrqReturn {
         let Some(eq) = data.eqs.get(vector as usize) else {
             return IrqReturn::None;
@@ -607,7 +620,7 @@ impl infiniband::Driver for FerrdmaIb {
     }
 
     fn query_qp(data: &IbData<'_>, qp: &Qp) -> Result<QpQuery> {
-        Ok(data.query_qp(qp))
+        data.query_qp(qp)
     }
 
     fn destroy_qp(data: &IbData<'_>, qp: &Qp) -> Result {

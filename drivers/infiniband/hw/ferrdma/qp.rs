@@ -424,8 +424,20 @@ impl IbData<'_> {
         Ok(())
     }
 
-    pub(crate) fn query_qp(&self, qp: &Qp) -> QpQuery {
-        let s = *qp.soft.lock();
+    pub(crate) fn query_qp(&self, qp: &Qp) -> Result<QpQuery> {
+        let mut soft = qp.soft.lock();
+        // A fault moves the QP to ERR in the device without a modify_qp (irdma learns it
+        // from the AE); the device's state is the truth.
+        if soft.state != QpState::Err
+            && self.query_device_qp(qp.id)?.attrs.state == hw::qp_state::ERR
+        {
+            soft.state = QpState::Err;
+            if let Some(k) = qp.kernel_rings() {
+                k.in_error.store(1, Relaxed);
+            }
+        }
+        let s = *soft;
+        drop(soft);
         let a = &s.attrs;
         let mut access = 0;
         if a.access & hw::QP_ACCESS_REMOTE_WRITE != 0 {
@@ -434,7 +446,7 @@ impl IbData<'_> {
         if a.access & hw::QP_ACCESS_REMOTE_READ != 0 {
             access |= Access::REMOTE_READ;
         }
-        QpQuery {
+        Ok(QpQuery {
             state: s.state,
             path_mtu: a.path_mtu.into(),
             qkey: a.qkey,
@@ -449,7 +461,7 @@ impl IbData<'_> {
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             cap: qp.cap,
-        }
+        })
     }
 
     pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result {

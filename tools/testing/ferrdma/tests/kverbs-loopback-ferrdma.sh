@@ -1,0 +1,13 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=400
+#
+# Kernel verbs of a kernel consumer on ferrdma0: kmod/ferrdma_kverbs_test.ko's checks of
+# kernel CQs (IB_POLL_DIRECT, IB_POLL_SOFTIRQ, ib_create_cq with a comp_handler) and RC/UD
+# QPs with the local DMA lkey, looped back through the RoCE v2 GID: SEND/RECV of 1 B to
+# 64 KiB with up to 13 SGEs, SEND_WITH_IMM, RDMA WRITE/WRITE_WITH_IMM/READ, inline, unsignaled
+# WRs, a chain of 32, a full send queue, req_notify_cq, posting and polling under a spinlock,
+# a bad lkey and the flush after it, an AH made in atomic context, ib_drain_qp; then no verbs
+# object left and kmemleak clean (guest/kverbs.sh).
+. "$FERRDMA_HARNESS/guest/kverbs.sh"
+kverbs_main ferrdma "$@"
