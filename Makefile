@@ -14,11 +14,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-<<<<<<< HEAD
-.PHONY: all help sysroot kernel nic progs run bench check check-nic check-vm check-baseline fmt clean-cache
-=======
-.PHONY: all help sysroot kernel nic progs kmod run bench check check-nic check-vm fmt clean-cache
->>>>>>> kverbs
+.PHONY: all help sysroot kernel nic progs kmod run bench check check-nic check-vm check-baseline fmt clean-cache
 
 all: kernel nic
 
