@@ -57,7 +57,7 @@ check-vm: kernel nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
 
 # The same tests on soft RoCE (rxe), the baseline ferrdma is compared with (not in check).
-check-baseline: kernel nic progs
+check-baseline: kernel nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests --baseline
 
 # Format our Rust: the kernel's rustfmt rules for drivers/ and rust/, cargo fmt for the NIC.
