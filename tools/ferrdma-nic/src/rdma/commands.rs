@@ -741,6 +741,7 @@ impl Engine {
         self.port.mtu = c.mtu;
         self.port.link_up = up;
         if changed {
+            log::info!("port link {}", if up { "up" } else { "down" });
             let code = if up { ae::PORT_ACTIVE } else { ae::PORT_DOWN };
             self.async_event(env, eqe_kind::PORT, 1, code, 0);
         }

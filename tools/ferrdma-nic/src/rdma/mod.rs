@@ -217,7 +217,10 @@ impl Engine {
 
     /// A RoCEv2 frame from the fabric for this NIC's MAC.
     pub fn rx_frame(&mut self, env: &Env<'_>, frame: &[u8]) {
-        if env.bus_master {
+        if !self.port.link_up {
+            // A port whose link is down hears nothing, as it sends nothing.
+            self.stats.rx_drops += 1;
+        } else if env.bus_master {
             self.receive_frame(env, frame);
         } else {
             // No DMA without Bus Master Enable: the packet is lost, as on a real NIC.

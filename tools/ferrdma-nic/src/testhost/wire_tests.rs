@@ -644,6 +644,51 @@ fn peer_gone_exhausts_retries() {
 }
 
 #[test]
+fn peer_link_down_exhausts_retries_and_link_up_restores_delivery() {
+    let p = Path {
+        timeout: 14,
+        retry_cnt: 2,
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let set_link = |n: &mut Nic, up: bool| {
+        let port = SetPort {
+            hdr: Host::hdr(admin_op::SET_PORT),
+            mac: mac(2),
+            link: if up { LINK_UP } else { LINK_DOWN },
+            mtu: 5,
+            ..Default::default()
+        };
+        assert_eq!(n.h.admin(port.encode()), admin_status::OK);
+    };
+    // B's port goes down: it neither answers nor accepts A's requests.
+    set_link(&mut net.b, false);
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 5000)],
+        hdr_low: net.b.dst.stag,
+        qw2: net.b.dst.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::RETRY_EXC)));
+    assert!(aeq_codes(&mut net.a).contains(&ae::QP_RETRY_EXCEEDED));
+    assert!(aeq_codes(&mut net.b).contains(&ae::PORT_DOWN));
+    assert!(net.b.h.stats().rx_drops > 0);
+    // Back up, a fresh connection delivers again.
+    set_link(&mut net.b, true);
+    assert!(aeq_codes(&mut net.b).contains(&ae::PORT_ACTIVE));
+    reconnect(&mut net, 0x100);
+    transfer(&mut net, Op::Write, 3000, 7);
+}
+
+#[test]
 fn no_receive_exhausts_rnr_retries() {
     let p = Path {
         rnr_retry: 2,
