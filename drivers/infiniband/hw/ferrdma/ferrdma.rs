@@ -26,6 +26,7 @@ mod qp;
 mod regs;
 mod selftest;
 mod sizing;
+mod sq_track;
 
 kernel::module_pci_driver! {
     type: driver::FerrdmaDriver,

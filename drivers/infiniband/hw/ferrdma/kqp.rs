@@ -12,12 +12,11 @@ use crate::{
     kwqe::{self, Frag, Payload, SqFlags, SqOp, QUANTUM_QWORDS},
     qp::Qp,
     sizing::{self, QpRings},
+    sq_track::{SqEntry, SqTrack},
 };
 use kernel::{
     dma::Coherent,
-    infiniband::{
-        NewQp, QpEvents, QpInitAttr, QpRef, QpType, RecvWrs, SendOp, SendWr, SendWrs, WcOpcode,
-    },
+    infiniband::{NewQp, QpEvents, QpInitAttr, QpRef, QpType, RecvWrs, SendOp, SendWr, SendWrs},
     io::{io_write, Io},
     new_spinlock_irq,
     prelude::*,
@@ -28,36 +27,10 @@ use kernel::{
     },
 };
 
-/// What the driver remembers of a posted send WQE, at the index of its first quantum.
-#[derive(Clone, Copy)]
-pub(crate) struct SqEntry {
-    pub(crate) wr_id: u64,
-    pub(crate) opcode: WcOpcode,
-    pub(crate) bytes: u32,
-    quanta: u8,
-    /// Padding: never reported.
-    nop: bool,
-}
-
-impl SqEntry {
-    const PADDING: Self = Self {
-        wr_id: 0,
-        opcode: WcOpcode::Send,
-        bytes: 0,
-        quanta: 1,
-        nop: true,
-    };
-}
-
-/// The send queue: producer `head`, oldest unreported WQE `tail`, quanta in between `used`.
+/// The send queue: its ring and what was posted to it.
 struct Sq {
     ring: Coherent<[u64]>,
-    size: u32,
-    head: u32,
-    tail: u32,
-    used: u32,
-    polarity: bool,
-    entries: KVec<SqEntry>,
+    track: SqTrack,
 }
 
 /// The receive queue, in WQEs.
@@ -114,33 +87,15 @@ impl KQp {
         self.ud
     }
 
-    /// A successful SQ CQE for the WQE at quantum `idx`: retires the unsignaled WQEs before
-    /// it and returns its entry. `None` if `idx` is not an outstanding WQE.
+    /// A successful SQ CQE for the WQE at quantum `idx` (see [`SqTrack::complete`]).
     pub(crate) fn sq_complete(&self, idx: u32) -> Option<SqEntry> {
-        let mut sq = self.sq.lock();
-        if sq.size == 0 || idx >= sq.size || (idx + sq.size - sq.tail) % sq.size >= sq.used {
-            return None;
-        }
-        loop {
-            let t = sq.tail;
-            let e = sq.retire_tail()?;
-            if t == idx {
-                return Some(e);
-            }
-        }
+        self.sq.lock().track.complete(idx)
     }
 
     /// Retires the oldest outstanding send WQE for a flush; returns it and whether more
     /// remain.
     pub(crate) fn sq_pop_oldest(&self) -> Option<(SqEntry, bool)> {
-        let mut sq = self.sq.lock();
-        while let Some(e) = sq.retire_tail() {
-            if !e.nop {
-                let more = sq.has_work();
-                return Some((e, more));
-            }
-        }
-        None
+        self.sq.lock().track.pop_oldest()
     }
 
     /// A successful RQ CQE: RQ completions come in order.
@@ -163,47 +118,9 @@ impl KQp {
 }
 
 impl Sq {
-    /// Retires the WQE at the tail.
-    fn retire_tail(&mut self) -> Option<SqEntry> {
-        if self.used == 0 {
-            return None;
-        }
-        let e = *self.entries.get(self.tail as usize)?;
-        let q = u32::from(e.quanta.max(1));
-        self.tail = (self.tail + q) % self.size;
-        self.used = self.used.saturating_sub(q);
-        Some(e)
-    }
-
-    /// Whether a WQE other than padding is outstanding.
-    fn has_work(&self) -> bool {
-        let (mut i, mut left) = (self.tail, self.used);
-        while left > 0 {
-            let Some(e) = self.entries.get(i as usize) else {
-                return false;
-            };
-            if !e.nop {
-                return true;
-            }
-            let q = u32::from(e.quanta.max(1));
-            i = (i + q) % self.size;
-            left = left.saturating_sub(q);
-        }
-        false
-    }
-
-    fn advance(&mut self, quanta: u32) {
-        self.head += quanta;
-        if self.head >= self.size {
-            self.head -= self.size;
-            self.polarity = !self.polarity;
-        }
-        self.used += quanta;
-    }
-
-    /// Writes `w` at `head`, header last.
+    /// Writes `w` at the head, header qword last.
     fn write(&mut self, w: &kwqe::Wqe) -> Result {
-        let base = self.head as usize * QUANTUM_QWORDS;
+        let base = self.track.head() as usize * QUANTUM_QWORDS;
         let n = w.quanta as usize * QUANTUM_QWORDS;
         for i in (0..n).filter(|&i| i != 3) {
             io_write!(self.ring, [try: base + i], w.qw[i]);
@@ -213,18 +130,16 @@ impl Sq {
         Ok(())
     }
 
+    /// Writes `quanta` NOP quanta at the head.
     fn pad(&mut self, quanta: u32) -> Result {
         for _ in 0..quanta {
-            let base = self.head as usize * QUANTUM_QWORDS;
+            let base = self.track.head() as usize * QUANTUM_QWORDS;
             for i in 0..3 {
                 io_write!(self.ring, [try: base + i], 0u64);
             }
             dma_mb(Write);
-            io_write!(self.ring, [try: base + 3], kwqe::nop(self.polarity));
-            if let Some(e) = self.entries.get_mut(self.head as usize) {
-                *e = SqEntry::PADDING;
-            }
-            self.advance(1);
+            io_write!(self.ring, [try: base + 3], kwqe::nop(self.track.polarity()));
+            self.track.push(SqEntry::PADDING);
         }
         Ok(())
     }
@@ -353,7 +268,7 @@ impl IbData<'_> {
             e
         };
         let signal_all = attr.signal_all;
-        let entries = filled(rings.sq_depth, SqEntry::PADDING).map_err(undo)?;
+        let track = SqTrack::new(rings.sq_depth).map_err(undo)?;
         let wr_ids = filled(rq_wqes, 0u64).map_err(undo)?;
         let kqp = Arc::pin_init(
             pin_init!(KQp {
@@ -371,12 +286,7 @@ impl IbData<'_> {
                 _shadow: shadow,
                 sq <- new_spinlock_irq!(Sq {
                     ring: sq_ring,
-                    size: rings.sq_depth,
-                    head: 0,
-                    tail: 0,
-                    used: 0,
-                    polarity: true,
-                    entries,
+                    track,
                 }),
                 rq <- new_spinlock_irq!(Rq {
                     ring: rq_ring,
@@ -486,24 +396,20 @@ impl IbData<'_> {
             Payload::Frags(&frags[..wr.sges.len()])
         };
         let quanta = kwqe::sq_wqe(op, flags, payload_ref(&payload), true)?.quanta;
-        let pad = kwqe::padding_before(sq.head, quanta);
-        if sq.used + pad + quanta > sq.size {
+        let pad = kwqe::padding_before(sq.track.head(), quanta);
+        if !sq.track.has_room(pad + quanta) {
             return Err(ENOMEM);
         }
         sq.pad(pad)?;
-        let w = kwqe::sq_wqe(op, flags, payload, sq.polarity)?;
+        let w = kwqe::sq_wqe(op, flags, payload, sq.track.polarity())?;
         sq.write(&w)?;
-        let head = sq.head as usize;
-        if let Some(e) = sq.entries.get_mut(head) {
-            *e = SqEntry {
-                wr_id: wr.wr_id,
-                opcode: kwqe::sq_wc_opcode(&op),
-                bytes,
-                quanta: w.quanta as u8,
-                nop: false,
-            };
-        }
-        sq.advance(w.quanta);
+        sq.track.push(SqEntry {
+            wr_id: wr.wr_id,
+            opcode: kwqe::sq_wc_opcode(&op),
+            bytes,
+            quanta: w.quanta as u8,
+            nop: false,
+        });
         Ok(())
     }
 
