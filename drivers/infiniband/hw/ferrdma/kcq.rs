@@ -35,6 +35,19 @@ struct CqPos {
     polarity: bool,
 }
 
+impl CqPos {
+    /// Moves past `slots` slots of a ring of `size`, flipping the polarity on wrap.
+    fn step(&mut self, slots: u32, size: u32) {
+        for _ in 0..slots {
+            self.head += 1;
+            if self.head == size {
+                self.head = 0;
+                self.polarity = !self.polarity;
+            }
+        }
+    }
+}
+
 /// A kernel CQ's ring.
 #[pin_data]
 pub(crate) struct KCq {
@@ -94,13 +107,7 @@ impl KCq {
     }
 
     fn advance(&self, pos: &mut CqPos, slots: u32) -> Result {
-        for _ in 0..slots {
-            pos.head += 1;
-            if pos.head == self.size {
-                pos.head = 0;
-                pos.polarity = !pos.polarity;
-            }
-        }
+        pos.step(slots, self.size);
         io_write!(self.shadow, [try: hw::cq_shadow::HEAD_OFFSET / 8], u64::from(pos.head));
         Ok(())
     }
@@ -123,13 +130,7 @@ impl KCq {
                     Ok(())
                 })();
             }
-            for _ in 0..slots {
-                p.head += 1;
-                if p.head == self.size {
-                    p.head = 0;
-                    p.polarity = !p.polarity;
-                }
-            }
+            p.step(slots, self.size);
         }
     }
 
@@ -238,47 +239,31 @@ impl IbData<'_> {
         let Some(qp) = self.tables.lock().kqp(c.qp_id as usize) else {
             return Ok(Step::Consume);
         };
+        // What every completion of this QP without receive details carries.
+        let plain = |wr_id, status, opcode, vendor_err, byte_len| Wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            qp: qp.name(),
+            imm: None,
+            invalidated: None,
+            src_qp: qp.id,
+            network: None,
+        };
         if c.info.error {
             let status = kwqe::error_status(c.info.major, c.info.minor);
             let vendor_err = u32::from(c.info.major) << 16 | u32::from(c.info.minor);
-            let (wc, more) = if c.info.sq {
-                match qp.sq_pop_oldest() {
-                    Some((e, more)) => (
-                        Wc {
-                            wr_id: e.wr_id,
-                            status,
-                            opcode: e.opcode,
-                            vendor_err,
-                            byte_len: e.bytes,
-                            qp: qp.name(),
-                            imm: None,
-                            invalidated: None,
-                            src_qp: qp.id,
-                            network: None,
-                        },
-                        more,
-                    ),
-                    None => return Ok(Step::Consume),
-                }
+            let popped = if c.info.sq {
+                qp.sq_pop_oldest()
+                    .map(|(e, more)| (plain(e.wr_id, status, e.opcode, vendor_err, e.bytes), more))
             } else {
-                match qp.rq_pop_oldest() {
-                    Some((wr_id, more)) => (
-                        Wc {
-                            wr_id,
-                            status,
-                            opcode: WcOpcode::Recv,
-                            vendor_err,
-                            byte_len: 0,
-                            qp: qp.name(),
-                            imm: None,
-                            invalidated: None,
-                            src_qp: qp.id,
-                            network: None,
-                        },
-                        more,
-                    ),
-                    None => return Ok(Step::Consume),
-                }
+                qp.rq_pop_oldest()
+                    .map(|(id, more)| (plain(id, status, WcOpcode::Recv, vendor_err, 0), more))
+            };
+            let Some((wc, more)) = popped else {
+                return Ok(Step::Consume);
             };
             out.push(wc);
             if !more {
@@ -291,32 +276,16 @@ impl IbData<'_> {
         }
         if c.info.sq {
             if let Some(e) = qp.sq_complete(u32::from(c.info.wqe_idx)) {
-                out.push(Wc {
-                    wr_id: e.wr_id,
-                    status: WcStatus::Success,
-                    opcode: e.opcode,
-                    vendor_err: 0,
-                    byte_len: e.bytes,
-                    qp: qp.name(),
-                    imm: None,
-                    invalidated: None,
-                    src_qp: qp.id,
-                    network: None,
-                });
+                out.push(plain(e.wr_id, WcStatus::Success, e.opcode, 0, e.bytes));
             }
         } else if let Some(wr_id) = qp.rq_complete() {
             let r = kwqe::recv_info(c, qp.is_ud(), qp.id);
             out.push(Wc {
-                wr_id,
-                status: WcStatus::Success,
-                opcode: r.opcode,
-                vendor_err: 0,
-                byte_len: r.byte_len,
-                qp: qp.name(),
                 imm: r.imm,
                 invalidated: r.invalidated,
                 src_qp: r.src_qp,
                 network: r.network,
+                ..plain(wr_id, WcStatus::Success, r.opcode, 0, r.byte_len)
             });
         }
         Ok(Step::Consume)

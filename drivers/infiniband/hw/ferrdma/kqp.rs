@@ -100,20 +100,27 @@ impl KQp {
 
     /// A successful RQ CQE: RQ completions come in order.
     pub(crate) fn rq_complete(&self) -> Option<u64> {
-        let mut rq = self.rq.lock();
-        if rq.used == 0 {
-            return None;
-        }
-        let id = *rq.wr_ids.get(rq.tail as usize)?;
-        rq.tail = (rq.tail + 1) % rq.wqes;
-        rq.used -= 1;
-        Some(id)
+        self.rq.lock().retire_tail()
     }
 
     /// Retires the oldest receive for a flush; returns its id and whether more remain.
     pub(crate) fn rq_pop_oldest(&self) -> Option<(u64, bool)> {
-        let id = self.rq_complete()?;
-        Some((id, self.rq.lock().used > 0))
+        let mut rq = self.rq.lock();
+        let id = rq.retire_tail()?;
+        Some((id, rq.used > 0))
+    }
+}
+
+impl Rq {
+    /// Retires the receive at the tail.
+    fn retire_tail(&mut self) -> Option<u64> {
+        if self.used == 0 {
+            return None;
+        }
+        let id = *self.wr_ids.get(self.tail as usize)?;
+        self.tail = (self.tail + 1) % self.wqes;
+        self.used -= 1;
+        Some(id)
     }
 }
 
