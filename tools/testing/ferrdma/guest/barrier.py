@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 """A barrier between the VMs of one ferrdma-vm run, over TCP on the LAN.
 
-    barrier.py NAME [SECONDS]
+    barrier.py NAME [SECONDS] [--say WORD]
 
 Returns (exit 0) once every VM of the run has called `barrier.py NAME`; exits 1 if that has
-not happened within SECONDS (default 120). Node 1 coordinates: it listens on TCP port 7700
+not happened within SECONDS (default 120). With --say, every node brings a word (no spaces)
+and, once released, prints every node's word as lines "N WORD" (node 1 first), so the nodes
+can agree on outcomes they saw separately. Node 1 coordinates: it listens on TCP port 7700
 and answers "go NAME" to every other node once all of them have sent "NAME <node>". The other
 nodes connect to node 1 ($FERRDMA_PEER_IP in a 2-VM run), retrying while it is not yet
 listening. With one VM it returns at once. Barriers must be passed in the same order on
@@ -24,18 +26,19 @@ def log(msg: str) -> None:
     print(f"barrier: {msg}", file=sys.stderr)
 
 
-def coordinate(name: str, others: int, deadline: float) -> bool:
+def coordinate(name: str, others: int, deadline: float, say: str) -> list[str] | None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         srv.bind(("0.0.0.0", PORT))
         srv.listen(8)
         arrived = []
+        words = [f"1={say}"] if say else []
         try:
             while len(arrived) < others:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     log(f"{name}: {len(arrived)} of {others} peers arrived in time")
-                    return False
+                    return None
                 srv.settimeout(left)
                 try:
                     conn, peer = srv.accept()
@@ -51,50 +54,67 @@ def coordinate(name: str, others: int, deadline: float) -> bool:
                     log(f"{name}: {peer[0]} arrived at barrier {msg[0] if msg else '?'} instead")
                     conn.sendall(f"mismatch {name}\n".encode())
                     conn.close()
-                    return False
+                    return None
                 arrived.append(conn)
+                if len(msg) >= 3:
+                    words.append(f"{msg[1]}={msg[2]}")
             for conn in arrived:
-                conn.sendall(f"go {name}\n".encode())
-            return True
+                conn.sendall(" ".join(["go", name, *words]).encode() + b"\n")
+            return words
         finally:
             for conn in arrived:
                 conn.close()
 
 
-def join(name: str, node: str, coordinator: str, deadline: float) -> bool:
+def join(name: str, node: str, coordinator: str, deadline: float,
+         say: str) -> list[str] | None:
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((coordinator, PORT), timeout=2) as conn:
-                conn.sendall(f"{name} {node}\n".encode())
+                conn.sendall(" ".join([name, node, *([say] if say else [])]).encode() + b"\n")
                 conn.settimeout(max(deadline - time.monotonic(), 0.1))
                 reply = conn.makefile().readline().split()
-                if reply == ["go", name]:
-                    return True
+                if reply[:2] == ["go", name]:
+                    return reply[2:]
                 if reply:
                     log(f"{name}: coordinator answered {' '.join(reply)}")
-                    return False
+                    return None
         except OSError:
             pass  # not listening yet, or the link is not up yet
         time.sleep(0.2)
     log(f"{name}: node 1 ({coordinator}) did not release the barrier in time")
-    return False
+    return None
 
 
 def main() -> int:
-    if len(sys.argv) not in (2, 3):
+    args = sys.argv[1:]
+    say = ""
+    if "--say" in args:
+        i = args.index("--say")
+        if i + 1 >= len(args) or not args[i + 1] or any(c.isspace() for c in args[i + 1]):
+            print(__doc__, file=sys.stderr)
+            return 2
+        say = args[i + 1]
+        del args[i:i + 2]
+    if len(args) not in (1, 2):
         print(__doc__, file=sys.stderr)
         return 2
-    name = sys.argv[1]
-    deadline = time.monotonic() + (float(sys.argv[2]) if len(sys.argv) == 3 else 120.0)
+    name = args[0]
+    deadline = time.monotonic() + (float(args[1]) if len(args) == 2 else 120.0)
     nvms = int(os.environ.get("FERRDMA_NVMS", "1"))
     node = os.environ.get("FERRDMA_NODE", "1")
     if nvms <= 1:
-        return 0
-    if node == "1":
-        ok = coordinate(name, nvms - 1, deadline)
+        words = [f"1={say}"] if say else []
+    elif node == "1":
+        words = coordinate(name, nvms - 1, deadline, say)
     else:
-        ok = join(name, node, os.environ["FERRDMA_PEER_IP"], deadline)
-    return 0 if ok else 1
+        words = join(name, node, os.environ["FERRDMA_PEER_IP"], deadline, say)
+    if words is None:
+        return 1
+    for w in sorted(words):
+        n, _, word = w.partition("=")
+        print(n, word)
+    return 0
 
 
 if __name__ == "__main__":

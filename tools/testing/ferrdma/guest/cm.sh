@@ -337,6 +337,29 @@ cm_wait_exit() {
 	return "$rc"
 }
 
+# cm_kill NAME PID WHY: SIGKILL to a tool and reap it.
+cm_kill() {
+	note "$1: kill -9 $2 ($3)"
+	kill -9 "$2"
+	wait "$2" 2>/dev/null || true
+}
+
+# cm_link_down_verdict NAME OUTCOME: after a link-down interruption each node knows only
+# whether its own rping ended (OUTCOME "ended") or had to be killed ("killed"); the nodes swap
+# outcomes, and at least one rping must have ended on its own.
+cm_link_down_verdict() {
+	local words
+	words=$(python3 "$FERRDMA_HARNESS/guest/barrier.py" "$1-outcome" 120 --say "$2") ||
+		fail "barrier $1-outcome failed"
+	note "$1: outcomes: $(tr '\n' ' ' <<<"$words")"
+	grep -q ' ended$' <<<"$words" && return 0
+	if [ "${CM_LINK_LOSS_HANGS:-0}" = 1 ]; then
+		note "$1: KNOWN $EVENTS_KIND LIMITATION: neither side noticed the link going down (a request posted while the netdev was down is never sent, retransmitted or timed out)"
+		return 0
+	fi
+	fail "$1: neither rping noticed node 1's link going down (both killed)"
+}
+
 # cm_wait_lines LOG N REGEX SECONDS PID: waits until LOG has N lines matching REGEX (the
 # transfer is under way); fails if that takes longer than SECONDS or PID ends first.
 cm_wait_lines() {
@@ -353,21 +376,24 @@ cm_wait_lines() {
 # cm_interrupted NAME ADDR PORT EVENT: an endless rping between the VMs (node 1 serving on
 # ADDR), interrupted once both sides have exchanged 20 pings by EVENT:
 #   link-down    node 1's eth0 goes down for 15 s, longer than the QPs' retries last (rdma_cm's
-#                RoCE QP timeout 4.096 us * 2^17, about 0.5 s, and at most 7 retries): the
-#                server, whose requests cannot go out, must end reporting an error (rping
-#                exits 0 on some error paths: its message counts) within 75 s. Its DREQ goes
-#                out once, into the outage (destroying the id cancels the retries), and an
-#                idle RC QP has no keepalive, so the client may wait on: it is killed after
-#                45 s, and cleanup is checked on both.
+#                RoCE QP timeout 4.096 us * 2^17, about 0.5 s, and at most 7 retries). The
+#                side that had a request in flight (rping alternates: one side always has)
+#                sees it fail and must end, the server within 75 s, the client within 45 s;
+#                a server that ends must report an error (rping exits 0 on some error paths:
+#                its message counts). Its DREQ goes out once, into the outage or to a peer
+#                whose link is down (destroying the id cancels the retries), and an idle RC
+#                QP has no keepalive, so the other side may wait on: it is killed at its limit.
+#                The nodes then compare notes: at least one must have ended on its own.
+#                Cleanup is checked on both.
 #   kill-server  SIGKILL to the server with work posted: the client must end within 60 s.
 #   kill-client  SIGKILL to the client: the server must end within 60 s.
 # Afterwards no objects may be left (cm_expect_res_unchanged).
 #
-# Soft RoCE does not fail the server in the link-down case: an RC request it was to send while
-# its netdev was down is never put on the wire, retransmitted or timed out (no RoCE packet after
-# the outage in the fabric capture). With CM_LINK_LOSS_HANGS=1 (set by cm_failures for rxe), a
-# server still running then is noted as that known rxe behaviour and killed. ferrdma fails the
-# requests of a port whose link is down with RETRY_EXC, so its server must end on its own.
+# Soft RoCE can leave both sides waiting in the link-down case: an RC request it was to send
+# while its netdev was down is never put on the wire, retransmitted or timed out (no RoCE
+# packet after the outage in the fabric capture). With CM_LINK_LOSS_HANGS=1 (set by
+# cm_failures for rxe), that outcome is noted as known rxe behaviour. ferrdma fails the
+# requests of a port whose link is down with RETRY_EXC, so one side must end on its own.
 cm_interrupted() {
 	local name=$1 addr=$2 port=$3 event=$4 log pid rc=0 t0 limit=60
 	cm_barrier "$name-start" 180
@@ -403,26 +429,14 @@ cm_interrupted() {
 		limit=45 # the outage and 30 s
 		;;
 	kill-server/1 | kill-client/2)
-		note "$name: kill -9 $pid"
-		kill -9 "$pid"
-		wait "$pid" 2>/dev/null || true
+		cm_kill "$name" "$pid" "the $event event"
 		pid=
 		;;
 	esac
 	if [ -n "$pid" ]; then
 		cm_wait_exit "$pid" $((limit - (SECONDS - t0))) || rc=$?
-		if [ "$rc" = 124 ] && [ "$event/$FERRDMA_NODE" = link-down/2 ]; then
-			# The side whose link went down fails its requests and disconnects, but its DREQ
-			# is sent once, into the outage, and destroying the id cancels the retries; an
-			# idle RC QP has no keepalive, so the client cannot notice (as on any RoCE NIC).
-			note "$name: the client, idle, still waits $((SECONDS - t0))s (the peer's DREQ went out during the outage); killing it"
-			kill -9 "$pid"
-			wait "$pid" 2>/dev/null || true
-			rc=killed
-		elif [ "$rc" = 124 ] && [ "$event/$FERRDMA_NODE" = link-down/1 ] && [ "${CM_LINK_LOSS_HANGS:-0}" = 1 ]; then
-			note "$name: KNOWN $EVENTS_KIND LIMITATION: the server still waits $((SECONDS - t0))s after its link went down (its QP neither retransmits nor times out); killing it"
-			kill -9 "$pid"
-			wait "$pid" 2>/dev/null || true
+		if [ "$rc" = 124 ] && [ "$event" = link-down ]; then
+			cm_kill "$name" "$pid" "still waiting $((SECONDS - t0))s after $event (idle, it cannot notice; see above)"
 			rc=killed
 		fi
 		[ "$rc" != 124 ] || { tail -20 "$log" >&2; fail "$name: rping still runs $((SECONDS - t0))s after $event"; }
@@ -436,6 +450,7 @@ cm_interrupted() {
 		[ "$FERRDMA_NODE" = 2 ] || wait_rocev2_gid "$EVENTS_DEV" 30
 		ping_peer "$FERRDMA_PEER_IP" 60
 		ping_peer "$(cm_ip6 $((3 - FERRDMA_NODE)))" 60
+		cm_link_down_verdict "$name" "$([ "$rc" = killed ] && echo killed || echo ended)"
 	fi
 	cm_barrier "$name-done" 180
 	cm_expect_res_unchanged "$name"
