@@ -137,10 +137,23 @@ impl pci::Driver for FerrdmaDriver {
         );
 
         // One AEQ on vector 0, a CEQ on every other vector (manual, "Initialisation").
+        let requested = crate::module_parameters::ceq_moderation_us.value();
+        let moderation =
+            crate::eq::moderation(requested, caps.max_eq_moderation_us).inspect_err(|_| {
+                dev_err!(
+                    pdev,
+                    "ceq_moderation_us={} exceeds the device's limit of {} us\n",
+                    requested,
+                    caps.max_eq_moderation_us
+                )
+            })?;
+        if moderation > 0 {
+            dev_info!(pdev, "CEQ interrupt moderation: {} us\n", moderation);
+        }
         let mut eqs = KVec::with_capacity(nvec as usize, GFP_KERNEL)?;
         for id in 0..nvec {
             let eq = EventQueue::new(pdev.as_ref(), id)?;
-            admin.exec(&bar, &eq.create_cmd().encode())?;
+            admin.exec(&bar, &eq.create_cmd(moderation).encode())?;
             eqs.push(eq, GFP_KERNEL)?;
         }
 

@@ -87,8 +87,9 @@ impl EventQueue {
         })
     }
 
-    /// The CREATE_EQ command for this queue.
-    pub(crate) fn create_cmd(&self) -> hw::CreateEq {
+    /// The CREATE_EQ command for this queue; a CEQ gets `moderation_us` (see
+    /// [`moderation`]), the AEQ none.
+    pub(crate) fn create_cmd(&self, moderation_us: u16) -> hw::CreateEq {
         let aeq = self.id == hw::AEQ_VECTOR;
         hw::CreateEq {
             hdr: crate::admin::header(hw::admin_op::CREATE_EQ),
@@ -101,7 +102,7 @@ impl EventQueue {
                 hw::EQ_KIND_CEQ
             },
             rsvd0: 0,
-            moderation_us: 0,
+            moderation_us: if aeq { 0 } else { moderation_us },
             ring: hw::PageList {
                 // Coherent memory is contiguous.
                 addr: self.ring.dma_address(),
@@ -163,6 +164,16 @@ impl EventQueue {
     }
 }
 
+/// The CEQ moderation interval for a requested `us` (the `ceq_moderation_us` parameter) on a
+/// device whose limit is `max_us` (0 on devices without time-based moderation): `EINVAL`
+/// beyond the limit rather than a silently different interval.
+pub(crate) fn moderation(us: u32, max_us: u16) -> Result<u16> {
+    match u16::try_from(us) {
+        Ok(us) if us <= max_us => Ok(us),
+        _ => Err(EINVAL),
+    }
+}
+
 #[kunit_tests(ferrdma_eq)]
 mod tests {
     use super::*;
@@ -209,6 +220,19 @@ mod tests {
         ] {
             assert_eq!(Cursor::unpack(c.pack()), c);
         }
+    }
+
+    #[test]
+    fn moderation_within_the_device_limit() {
+        assert_eq!(moderation(0, 0), Ok(0));
+        assert_eq!(moderation(0, 8160), Ok(0));
+        assert_eq!(moderation(50, 8160), Ok(50));
+        assert_eq!(moderation(8160, 8160), Ok(8160));
+        assert_eq!(moderation(8161, 8160), Err(EINVAL));
+        // A device without time-based moderation.
+        assert_eq!(moderation(5, 0), Err(EINVAL));
+        // No truncation to u16.
+        assert_eq!(moderation(0x1_0010, 8160), Err(EINVAL));
     }
 
     #[test]

@@ -34,4 +34,10 @@ kernel::module_pci_driver! {
     authors: ["ferrdma developers"],
     description: "ferrdma emulated E810-class RoCEv2 NIC",
     license: "GPL v2",
+    params: {
+        ceq_moderation_us: u32 {
+            default: 0,
+            description: "Least time between two completion interrupts of one CEQ in microseconds (0: every event at once; at most the device's limit, 8160 on ferrdma-nic)",
+        },
+    },
 }

@@ -47,7 +47,7 @@ pub const DEVICE_ID_MAGIC: u32 = 0x4652_444d;
 /// Interface major version; the driver refuses a device whose major differs.
 pub const VERSION_MAJOR: u16 = 1;
 /// Interface minor version; additions that keep older drivers working bump it.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -361,6 +361,8 @@ pub const MAX_AH: u32 = 1024;
 pub const MAX_PD: u32 = 1 << 18;
 /// Event queues: ids 0..MAX_EQ, at most one per MSI-X vector.
 pub const MAX_EQ: u32 = MSIX_VECTORS;
+/// Largest interrupt moderation interval of an EQ, in microseconds (E810's ITR limit).
+pub const MAX_EQ_MODERATION_US: u16 = 8160;
 /// GID table entries.
 pub const MAX_GID: u32 = 32;
 /// Largest SQ ring, in 32-byte quanta (the CQE WQE index is 15 bits).
@@ -590,7 +592,8 @@ wire_struct! {
         pub kind: u8,
         /// Reserved, 0.
         pub rsvd0: u8,
-        /// Reserved: interrupt moderation interval in microseconds; must be 0 in 2.0.
+        /// Interrupt moderation (since 1.2): the least time in microseconds between two
+        /// interrupts of this EQ, 0 for none; at most [`Caps::max_eq_moderation_us`].
         pub moderation_us: u16,
         /// The ring's 4 KiB pages.
         pub ring: PageList,
@@ -1074,8 +1077,10 @@ wire_struct! {
         pub msix_vectors: u32,
         /// Firmware version: major in 47:32, minor in 15:0.
         pub fw_ver: u64,
+        /// Largest `CreateEq::moderation_us` (since 1.2; 0: no time-based moderation).
+        pub max_eq_moderation_us: u16,
         /// Reserved.
-        pub rsvd: [u8; 32],
+        pub rsvd: [u8; 30],
     }
 }
 

@@ -9,12 +9,12 @@ use crate::interface::{
     PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE,
     AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ,
     EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES,
-    MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP,
-    MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES,
-    MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH,
-    MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ,
-    QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD,
-    QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
+    MAX_EQ_MODERATION_US, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES,
+    MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES,
+    MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH,
+    MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI,
+    QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
 };
 
 use super::cq::Cq;
@@ -151,7 +151,8 @@ impl Engine {
             rsvd0: 0,
             msix_vectors: MSIX_VECTORS,
             fw_ver: 2 << 32,
-            rsvd: [0; 32],
+            max_eq_moderation_us: MAX_EQ_MODERATION_US,
+            rsvd: [0; 30],
         };
         write_out(env, q, &caps.encode())?;
         Ok(0)
@@ -173,8 +174,8 @@ impl Engine {
             _ => return Err(err(st::INVALID, offset_of!(CreateEq, kind))),
         }
         check(
-            c.moderation_us == 0,
-            st::NOT_SUPPORTED,
+            c.moderation_us <= MAX_EQ_MODERATION_US,
+            st::INVALID,
             offset_of!(CreateEq, moderation_us),
         )?;
         check(
@@ -190,7 +191,7 @@ impl Engine {
             EQE_SIZE as u32,
         )?;
         if let Some(s) = self.eqs.get_mut(c.eq_id as usize) {
-            *s = Some(Eq::new(c.kind, c.vector, r));
+            *s = Some(Eq::new(c.kind, c.vector, r).with_moderation(c.moderation_us));
         }
         Ok(0)
     }

@@ -1,17 +1,40 @@
 //! Completion queues: the irdma GEN_2 CQ ring written by the device, with polarity per pass,
 //! two-slot extended CQEs, overflow detection from the shadow consumer index, and arming
-//! from the shadow arm word (one event per arm sequence number).
+//! from the shadow arm word (one event per arm doorbell).
 //!
 //! Doorbell writes are posted (QEMU's vfio-user-pci does not wait for them), so a consumer
 //! that arms and then polls may poll before the device has seen the arm, and a CQE written
-//! in between would never raise an event. Hence, as on real NICs, an arm that finds CQEs the
-//! consumer has not polled yet (shadow head != tail) fires at once: for solicited-only arms,
-//! if a solicited or error CQE is among them. A spurious wakeup is allowed; a lost one is not.
+//! in between would never raise an event. So an arm that finds CQEs the consumer has not
+//! polled yet (shadow head != tail; for solicited-only arms, a solicited or error CQE among
+//! them) cannot just wait for the next CQE. Firing at once is wrong the other way round: the
+//! usual consumer acknowledges an event, arms and then polls the very CQEs the arm found, and
+//! an event per arm for CQEs it has already taken breaks consumers that poll once per event
+//! (perftest `-e` leaves a completion behind for every spurious event until the CQ
+//! overflows). Hence an arm check: [`ARM_CHECK_US`] after such an arm the device reads the
+//! consumer index again, and raises the event only if the CQEs the arm found are still
+//! unpolled (the consumer is asleep). A new CQE that satisfies the arm fires as usual. A
+//! spurious wakeup is still allowed (a consumer that takes longer to poll); a lost one is not.
 
 use crate::dma::{DmaError, GuestMemory};
 use crate::interface::{ae, bits, cq_shadow, cqe, CQE_SIZE};
 
 use super::ring::Ring;
+
+/// How long after an arm that found unpolled CQEs the device looks again whether the
+/// consumer polled them (see the module comment), in microseconds.
+pub const ARM_CHECK_US: u64 = 1_000;
+
+/// A pending look at the consumer index (see the module comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ArmCheck {
+    /// Device time of the look.
+    at_us: u64,
+    /// Consumer index when the arm was taken.
+    head: u32,
+    /// How far the consumer index must have moved since: past every CQE that satisfied the
+    /// arm then.
+    needed: u32,
+}
 
 /// What the next CQE must be to raise an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,9 +77,12 @@ pub struct Cq {
     tail: u32,
     polarity: bool,
     pub arm: Arm,
+    /// `ARM_SEQ` of the last arm word read; only for traces (see [`Cq::arm_doorbell`]).
     last_seq: u8,
     /// Ring index of the newest solicited or error CQE.
     last_solicited: Option<u32>,
+    /// An arm found CQEs it covers unpolled: whether to raise the event is decided later.
+    check: Option<ArmCheck>,
     pub stopped: bool,
 }
 
@@ -81,6 +107,7 @@ impl Cq {
             arm: Arm::Off,
             last_seq: 0,
             last_solicited: None,
+            check: None,
             stopped: false,
         }
     }
@@ -102,6 +129,7 @@ impl Cq {
         self.tail = 0;
         self.polarity = true;
         self.last_solicited = None;
+        self.check = None;
     }
 
     /// Ring size.
@@ -109,18 +137,27 @@ impl Cq {
         self.ring.entries()
     }
 
-    /// The CQ-arm doorbell: reads the arm word and arms if its sequence number is new.
-    /// Returns `true` if the new arm found unpolled CQEs it covers: the event is then due
-    /// now and the CQ is disarmed again (see the module comment). Fails if the shadow area
-    /// is not readable (the arm state is then unchanged).
-    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory) -> Result<bool, DmaError> {
+    /// The CQ-arm doorbell at device time `now_us`: reads the arm word and arms as it says.
+    /// If the arm finds unpolled CQEs it covers, an arm check is due [`ARM_CHECK_US`] later
+    /// (see the module comment and [`Cq::check_due`]). Fails if the shadow area is not
+    /// readable (the arm state is then unchanged).
+    ///
+    /// Every doorbell arms, whatever `ARM_SEQ` says. Doorbells trap, so none is lost, but
+    /// they are processed some time after software wrote them, and by then the arm word
+    /// may be several arms newer: four arms (the 2-bit sequence wraps) between two doorbell
+    /// reads made the old "new sequence number only" rule drop every one of them, and the
+    /// consumer slept forever. A doorbell repeated by software costs at most a spurious
+    /// event, which consumers must tolerate anyway.
+    pub fn arm_doorbell(&mut self, mem: &dyn GuestMemory, now_us: u64) -> Result<(), DmaError> {
         let mut w = [0u8; 8];
         mem.read(self.shadow_word(cq_shadow::ARM_OFFSET)?, &mut w)?;
         let word = u64::from_le_bytes(w);
         let seq = bits(word, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) as u8;
-        if seq == self.last_seq {
-            return Ok(false);
-        }
+        log::trace!(
+            "CQ arm: word {word:#x} seq {seq} (last {}), tail {}",
+            self.last_seq,
+            self.tail
+        );
         self.last_seq = seq;
         self.arm = if bits(word, cq_shadow::ARM_NEXT, cq_shadow::ARM_NEXT) != 0 {
             Arm::Any
@@ -129,22 +166,55 @@ impl Cq {
         } else {
             Arm::Off
         };
+        self.check = None;
         let Some(head) = self.head(mem)? else {
-            return Ok(false);
+            return Ok(());
         };
         let size = self.ring.entries();
         let unpolled = (self.tail + size - head) % size;
-        let due = match self.arm {
-            Arm::Off => false,
-            Arm::Any => unpolled > 0,
+        let needed = match self.arm {
+            Arm::Off => None,
+            Arm::Any => (unpolled > 0).then_some(unpolled),
             Arm::Solicited => self
                 .last_solicited
-                .is_some_and(|i| (i + size - head) % size < unpolled),
+                .map(|i| (i + size - head) % size)
+                .filter(|&d| d < unpolled)
+                .map(|d| d + 1),
         };
+        self.check = needed.map(|needed| ArmCheck {
+            at_us: now_us.saturating_add(ARM_CHECK_US),
+            head,
+            needed,
+        });
+        Ok(())
+    }
+
+    /// When the pending arm check is due, if there is one.
+    pub fn check_deadline(&self) -> Option<u64> {
+        self.check.map(|c| c.at_us)
+    }
+
+    /// Runs the arm check if it is due at `now_us`. Returns `true` if the event is due now
+    /// (the CQEs the arm found are still unpolled, or the consumer index cannot be read);
+    /// the CQ is then disarmed.
+    pub fn check_due(&mut self, mem: &dyn GuestMemory, now_us: u64) -> bool {
+        let Some(c) = self.check.filter(|c| now_us >= c.at_us) else {
+            return false;
+        };
+        self.check = None;
+        if self.stopped || self.arm == Arm::Off {
+            return false;
+        }
+        let size = self.ring.entries();
+        let polled = match self.head(mem) {
+            Ok(Some(head)) => (head + size - c.head) % size,
+            _ => 0,
+        };
+        let due = polled < c.needed;
         if due {
             self.arm = Arm::Off;
         }
-        Ok(due)
+        due
     }
 
     /// The consumer index from the shadow area, or `None` if it is out of range.
@@ -227,6 +297,7 @@ impl Cq {
         };
         if event {
             self.arm = Arm::Off;
+            self.check = None;
         }
         CqWrite::Written { event }
     }

@@ -2,8 +2,10 @@
 //! pass polarity, an arm flag, and one interrupt per arm.
 //!
 //! Interrupts are not raised while entries are written: a batch (one doorbell or admin
-//! command) may write several entries, and [`Eq::take_interrupt`] is asked once at the end,
-//! which is how the device moderates interrupts.
+//! command) may write several entries, and [`Eq::take_interrupt`] is asked once at the end.
+//! On top of that an EQ may have a moderation interval (E810's ITR): after an interrupt, the
+//! next one waits until the interval has passed, while entries keep being written; the
+//! engine's timer raises it then ([`Eq::held_until`]).
 
 use crate::dma::{DmaError, GuestMemory};
 use crate::interface::{Eqe, EQE_FLAG_VALID, EQE_SIZE};
@@ -36,6 +38,10 @@ pub struct Eq {
     fresh: bool,
     /// An overflow was already reported for this EQ since it was last armed.
     pub overflow_reported: bool,
+    /// Least time between two interrupts, in microseconds (0: none).
+    moderation_us: u64,
+    /// Device time of the last interrupt.
+    last_irq_us: Option<u64>,
 }
 
 impl Eq {
@@ -51,7 +57,22 @@ impl Eq {
             armed: false,
             fresh: false,
             overflow_reported: false,
+            moderation_us: 0,
+            last_irq_us: None,
         }
+    }
+
+    /// The same EQ with a moderation interval of `us` microseconds.
+    pub fn with_moderation(mut self, us: u16) -> Self {
+        self.moderation_us = u64::from(us);
+        self
+    }
+
+    /// When an interrupt that is due is held back by moderation: the time it may go.
+    pub fn held_until(&self) -> Option<u64> {
+        let last = self.last_irq_us?;
+        (self.armed && self.fresh && self.moderation_us > 0)
+            .then(|| last.saturating_add(self.moderation_us))
     }
 
     /// Ring size.
@@ -102,14 +123,14 @@ impl Eq {
         true
     }
 
-    /// Whether an interrupt is due now; if so the EQ disarms.
-    pub fn take_interrupt(&mut self) -> bool {
-        if self.armed && self.fresh {
-            self.armed = false;
-            self.fresh = false;
-            true
-        } else {
-            false
+    /// Whether an interrupt is due at device time `now_us`; if so the EQ disarms.
+    pub fn take_interrupt(&mut self, now_us: u64) -> bool {
+        if !(self.armed && self.fresh) || self.held_until().is_some_and(|t| now_us < t) {
+            return false;
         }
+        self.armed = false;
+        self.fresh = false;
+        self.last_irq_us = Some(now_us);
+        true
     }
 }

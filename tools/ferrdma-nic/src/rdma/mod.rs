@@ -211,8 +211,24 @@ impl Engine {
         if env.bus_master {
             self.retry_rnr(env, u32::MAX);
             self.transport_tick(env);
+            self.cq_arm_checks(env);
         }
         self.flush_interrupts(env);
+    }
+
+    /// Raises the completion events of arm checks that are due (see [`cq`]).
+    fn cq_arm_checks(&mut self, env: &Env<'_>) {
+        let mut due = Vec::new();
+        for (id, cq) in self.cqs.iter_mut().enumerate() {
+            if let Some(cq) = cq.as_mut() {
+                if cq.check_due(env.mem, env.now_us) {
+                    due.push(id as u32);
+                }
+            }
+        }
+        for id in due {
+            self.completion_event(env, id);
+        }
     }
 
     /// A RoCEv2 frame from the fabric for this NIC's MAC.
@@ -239,9 +255,8 @@ impl Engine {
             return;
         }
         self.stats.doorbells += 1;
-        match cq.arm_doorbell(env.mem) {
-            Ok(true) => self.completion_event(env, cq_id),
-            Ok(false) => {}
+        match cq.arm_doorbell(env.mem, env.now_us) {
+            Ok(()) => {}
             Err(_) => {
                 self.stats.dma_faults += 1;
                 log::debug!("CQ {cq_id}: shadow area not readable on arm");
@@ -253,7 +268,7 @@ impl Engine {
     /// Raises the vector of every EQ that became due.
     fn flush_interrupts(&mut self, env: &Env<'_>) {
         for eq in self.eqs.iter_mut().flatten() {
-            if eq.take_interrupt() {
+            if eq.take_interrupt(env.now_us) {
                 self.stats.interrupts += 1;
                 if let Err(e) = env.irq.raise(eq.vector) {
                     log::debug!("EQ interrupt on vector {}: {e}", eq.vector);

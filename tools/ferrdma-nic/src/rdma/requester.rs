@@ -626,7 +626,9 @@ impl Engine {
         self.rewind(qp_id, from);
     }
 
-    /// When `tick` next has work: the earliest timer, or `now` if packets wait for room.
+    /// When `tick` next has work: the earliest timer (transport, interrupt moderation, CQ arm
+    /// checks), or
+    /// `now` if packets wait for room.
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
@@ -648,6 +650,13 @@ impl Engine {
             if qp.rnr_wait {
                 at(now + super::transport::MIN_TIMER_US);
             }
+        }
+        // Interrupts held back by moderation, and CQ arm checks.
+        for t in self.eqs.iter().flatten().filter_map(|e| e.held_until()) {
+            at(t);
+        }
+        for t in self.cqs.iter().flatten().filter_map(|c| c.check_deadline()) {
+            at(t);
         }
         next
     }

@@ -435,6 +435,18 @@ impl Host {
     }
 
     pub fn create_eq(&mut self, id: u32, kind: u8, vector: u32, size: u32) -> EqH {
+        self.create_eq_moderated(id, kind, vector, size, 0)
+    }
+
+    /// [`Host::create_eq`] with an interrupt moderation interval.
+    pub fn create_eq_moderated(
+        &mut self,
+        id: u32,
+        kind: u8,
+        vector: u32,
+        size: u32,
+        moderation_us: u16,
+    ) -> EqH {
         let pages = (u64::from(size) * 16).div_ceil(4096) as u32;
         let pl = self.scattered_pages(pages);
         let ring = self.page_list(&pl);
@@ -445,6 +457,7 @@ impl Host {
                 size,
                 vector,
                 kind,
+                moderation_us,
                 ring,
                 ..Default::default()
             }
@@ -560,8 +573,13 @@ impl Host {
     /// Polls every valid CQE, like libirdma: checks the extension's own polarity and
     /// stores the head in shadow qw0.
     pub fn poll_cq(&self, cq: &mut CqH) -> Vec<Cqe> {
+        self.poll_cq_n(cq, cq.size)
+    }
+
+    /// [`Host::poll_cq`] taking at most `max` CQEs (`ibv_poll_cq(cq, max, ...)`).
+    pub fn poll_cq_n(&self, cq: &mut CqH, max: u32) -> Vec<Cqe> {
         let mut out = Vec::new();
-        for _ in 0..cq.size {
+        for _ in 0..max.min(cq.size) {
             let qw = self.cqe_at(cq, cq.head);
             if (qw[3] >> 63 == 1) != cq.pol {
                 break;
@@ -591,6 +609,13 @@ impl Host {
 
     /// `ibv_req_notify_cq`: libirdma's arm sequence.
     pub fn arm_cq(&mut self, cq: &CqH, solicited_only: bool) {
+        self.write_arm_word(cq, solicited_only);
+        self.doorbell(cq.db_page, DB_CQ_ARM_OFFSET, cq.id);
+    }
+
+    /// The first half of an arm, as libirdma does it: the next sequence number and the arm
+    /// kind into shadow qw4. The doorbell is the caller's.
+    pub fn write_arm_word(&mut self, cq: &CqH, solicited_only: bool) {
         let w = self.r64(cq.shadow + 32);
         let seq = ((w >> 16) + 1) & 3;
         let mut nw = (w & 0x3fff) | (seq << 16) | (1 << 15);
@@ -598,7 +623,6 @@ impl Host {
             nw |= 1 << 14;
         }
         self.w64(cq.shadow + 32, nw);
-        self.doorbell(cq.db_page, DB_CQ_ARM_OFFSET, cq.id);
     }
 
     pub fn reg_mr(&mut self, stag: u32, pd: u32, access: u32, len: u64) -> Buf {

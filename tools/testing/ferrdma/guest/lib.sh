@@ -5,7 +5,7 @@
 # It turns on `set -euo pipefail`, so any failing command ends the test.
 #
 # The driver's probe summary line. The driver prints exactly one per bound device:
-#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.1, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01
+#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.2, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01
 # FERRDMA_PROBE_RE (an extended regex, for grep -E) matches it after the printk timestamp:
 # "ferrdma", the PCI address, then the text with the expected id (the "FRDM" magic), interface
 # version 1.x, all 8 MSI-X vectors and the 8 KiB DMA self-test.
@@ -41,12 +41,14 @@ module_loaded() {
 	grep -q '^ferrdma ' /proc/modules || [ -d /sys/module/ferrdma ]
 }
 
-# load_ferrdma: insmod $FERRDMA_KO; fail with the kernel's last words if it does not load.
+# load_ferrdma: insmod $FERRDMA_KO with the module parameters in $FERRDMA_KO_PARAMS (if any);
+# fail with the kernel's last words if it does not load.
 load_ferrdma() {
 	[ -f "$FERRDMA_KO" ] || fail "module $FERRDMA_KO does not exist"
-	if ! insmod "$FERRDMA_KO"; then
+	# shellcheck disable=SC2086 # word splitting: one parameter per word
+	if ! insmod "$FERRDMA_KO" ${FERRDMA_KO_PARAMS:-}; then
 		dmesg | tail -20 >&2
-		fail "insmod $FERRDMA_KO failed"
+		fail "insmod $FERRDMA_KO ${FERRDMA_KO_PARAMS:-} failed"
 	fi
 	module_loaded || fail "insmod succeeded but ferrdma is not in /proc/modules"
 }

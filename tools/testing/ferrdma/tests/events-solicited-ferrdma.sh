@@ -6,6 +6,6 @@
 # solicited-only arms ignore unsolicited completions and wake on a solicited one, one event
 # per arm, completions that preceded the arm are found, error completions wake a solicited-only
 # arm (progs/solicited-events.c; guest/events.sh). The rounds of completions racing the arm
-# (check 6b) are events-race-ferrdma, skipped while a lost event there is open (issue 6).
+# (check 6b) are events-race-ferrdma.
 . "$FERRDMA_HARNESS/guest/events.sh"
 events_main ferrdma solicited --error-wakes -r 0 "$@"

@@ -7,7 +7,7 @@
 #   * the kernel log holds the driver's probe summary line, matched by FERRDMA_PROBE_RE
 #     (guest/lib.sh):
 #       ferrdma [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: probe ok: id 0x4652444d version 1\.[0-9]+, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC ([0-9a-f]{2}:){5}[0-9a-f]{2}$
-#     i.e. "ferrdma <PCI address>: probe ok: id 0x4652444d version 1.1, 8/8 MSI-X vectors
+#     i.e. "ferrdma <PCI address>: probe ok: id 0x4652444d version 1.2, 8/8 MSI-X vectors
 #     delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01";
 #   * the function has the driver's 8 MSI-X vectors allocated (sysfs msi_irqs), and
 #     /proc/interrupts has EXPECT_IRQ_LINES lines for them (see below);
