@@ -596,6 +596,17 @@ proptest! {
     }
 
     #[test]
+    fn fast_reg_fields_round_trip(
+        length in 0u64..(2 << 40),
+        page_shift in 0u8..64,
+        access in 0u32..16,
+        npages in 0u32..4096,
+    ) {
+        let f = FastRegFields { length, page_shift, access, npages };
+        prop_assert_eq!(fast_reg_fields(fast_reg_qw2(f)), f);
+    }
+
+    #[test]
     fn wqe_decoding_is_total(words in prop::collection::vec(any::<u64>(), 4..=32)) {
         let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let _ = crate::rdma::wqe::parse_sq(&b);
