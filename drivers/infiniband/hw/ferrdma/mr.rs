@@ -120,9 +120,8 @@ impl FastRegMr {
         Ok(())
     }
 
-    /// The FAST_REG WQE fields for registering `key` over the pages mapped so far.
-    /// `EINVAL` if `key` names another MR table entry, nothing is mapped, the page size is
-    /// one the device lacks or the rights are unsupported.
+    /// The FAST_REG WQE's page list address and fields for registering `key` over the pages
+    /// mapped so far (see [`fast_reg_fields`]).
     pub(crate) fn wqe_fields(
         &self,
         key: u32,
@@ -131,26 +130,37 @@ impl FastRegMr {
         page_size: u32,
     ) -> Result<(u64, hw::FastRegFields)> {
         let npages = self.npages.load(Relaxed);
-        if hw::stag_index(key) != self.index || npages == 0 {
-            return Err(EINVAL);
-        }
-        if !page_size.is_power_of_two() || hw::PAGE_SIZE_CAP & u64::from(page_size) == 0 {
-            return Err(EINVAL);
-        }
-        if length == 0 || length > hw::MAX_MR_SIZE {
-            return Err(EINVAL);
-        }
-        let access = mr_access(access).map_err(|_| EINVAL)?;
-        Ok((
-            self.pages.dma_address(),
-            hw::FastRegFields {
-                length,
-                page_shift: page_size.trailing_zeros() as u8,
-                access,
-                npages,
-            },
-        ))
+        let f = fast_reg_fields(self.index, npages, key, access, length, page_size)?;
+        Ok((self.pages.dma_address(), f))
     }
+}
+
+/// The FAST_REG fields of MR table entry `index` holding `npages` mapped pages, registered
+/// under `key`. `EINVAL` if `key` names another entry, nothing is mapped, the page size is one
+/// the device lacks, the length is out of range or the rights are unsupported.
+fn fast_reg_fields(
+    index: u32,
+    npages: u32,
+    key: u32,
+    access: Access,
+    length: u64,
+    page_size: u32,
+) -> Result<hw::FastRegFields> {
+    if hw::stag_index(key) != index || npages == 0 {
+        return Err(EINVAL);
+    }
+    if !page_size.is_power_of_two() || hw::PAGE_SIZE_CAP & u64::from(page_size) == 0 {
+        return Err(EINVAL);
+    }
+    if length == 0 || length > hw::MAX_MR_SIZE {
+        return Err(EINVAL);
+    }
+    Ok(hw::FastRegFields {
+        length,
+        page_shift: page_size.trailing_zeros() as u8,
+        access: mr_access(access).map_err(|_| EINVAL)?,
+        npages,
+    })
 }
 
 /// IB access flags to the device's MR access bits; `EOPNOTSUPP` for rights the device lacks.
@@ -427,6 +437,42 @@ mod tests {
         assert!(a(Access::REMOTE_ATOMIC).is_err());
         assert!(a(Access::MW_BIND).is_err());
         assert!(a(64).is_err()); // on-demand paging
+    }
+
+    #[test]
+    fn fast_reg_fields_check_key_pages_page_size_and_rights() {
+        let rw = Access::new(Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let f = fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4096);
+        assert_eq!(
+            f.ok(),
+            Some(hw::FastRegFields {
+                length: 0x2d00,
+                page_shift: 12,
+                access: hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE,
+                npages: 3,
+            })
+        );
+        assert_eq!(
+            fast_reg_fields(5, 1, stag(5, 1), rw, 1 << 21, 1 << 21)
+                .ok()
+                .map(|f| f.page_shift),
+            Some(21)
+        );
+        // Another entry's key, nothing mapped, a page size the device lacks, no length.
+        assert!(fast_reg_fields(5, 3, stag(6, 0x36), rw, 0x2d00, 4096).is_err());
+        assert!(fast_reg_fields(5, 0, stag(5, 0x36), rw, 0x2d00, 4096).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 8192).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4095).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0, 4096).is_err());
+        assert!(fast_reg_fields(
+            5,
+            3,
+            stag(5, 0x36),
+            Access::new(Access::REMOTE_ATOMIC),
+            0x2d00,
+            4096
+        )
+        .is_err());
     }
 
     #[test]
