@@ -355,7 +355,8 @@ fn a_page_list_beyond_max_pages_is_refused() {
 #[test]
 fn malformed_fast_reg_fields_are_refused() {
     let stag = (FR_INDEX << 8) | 2;
-    let cases: Vec<(Box<dyn Fn(&mut Wr, &Region)>, u16)> = vec![
+    type Spoil = Box<dyn Fn(&mut Wr, &Region)>;
+    let cases: Vec<(Spoil, u16)> = vec![
         // Page count too small for the length.
         (
             Box::new(|w, r| {
