@@ -1649,6 +1649,89 @@ out:
 	return r;
 }
 
+/*
+ * IB_WR_REG_MR of an MR that is already valid fails and leaves the registration as it was:
+ * ferrdma reports IB_WC_MW_BIND_ERR (rxe: IB_WC_LOC_QP_OP_ERR, or the WR flushed, as its
+ * requester does); the old key still works for LOCAL_INV afterwards (on a new pair, the
+ * first is in error).
+ */
+static int check_fastreg_valid_mr(struct kv *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
+	struct kv_qp a = {}, b = {};
+	struct ib_reg_wr wr = {};
+	const struct ib_send_wr *bad = NULL;
+	struct scatterlist sg;
+	struct kv_cq *cq;
+	struct ib_wc wc;
+	u32 tag, first;
+	int r = 0, n;
+
+	if (!t->fr)
+		return SKIP("the device has no IB_DEVICE_MEM_MGT_EXTENSIONS");
+	cq = kv_cq_alloc(t, "fastreg2", 64, IB_POLL_DIRECT, false, &r);
+	if (!cq)
+		return FAIL("ib_alloc_cq: %d", r);
+	r = kv_pair(t, cq, &a, &b);
+	if (!r)
+		r = kv_fastreg(t, &b, t->dst_dma, 8192, acc);
+	if (r)
+		goto out;
+	first = t->fr->rkey;
+	sg_init_table(&sg, 1);
+	sg.length = 4096;
+	sg_dma_address(&sg) = t->dst_dma + 65536;
+	sg_dma_len(&sg) = 4096;
+	n = ib_map_mr_sg(t->fr, &sg, 1, NULL, PAGE_SIZE);
+	if (n != 1) {
+		r = FAIL("ib_map_mr_sg: %d", n);
+		goto out;
+	}
+	ib_update_fast_reg_key(t->fr, ib_inc_rkey(t->fr->rkey));
+	wr.wr.opcode = IB_WR_REG_MR;
+	wr.wr.send_flags = IB_SEND_SIGNALED;
+	wr.wr.wr_cqe = kv_newtag(&tag);
+	wr.mr = t->fr;
+	wr.key = t->fr->rkey;
+	wr.access = acc;
+	r = ib_post_send(b.qp, &wr.wr, &bad);
+	if (r) {
+		r = FAIL("ib_post_send: %d", r);
+		goto out;
+	}
+	r = kv_wait(cq, &wc);
+	if (r) {
+		r = FAIL("no completion for the second IB_WR_REG_MR (%d)", r);
+		goto out;
+	}
+	if (kv_wc_tag(&wc) != tag) {
+		r = FAIL("completion of tag %u, expected %u", kv_wc_tag(&wc), tag);
+		goto out;
+	}
+	if (kv_is_rxe && (wc.status == IB_WC_LOC_QP_OP_ERR || wc.status == IB_WC_WR_FLUSH_ERR)) {
+		pr_info(KV "# REG_MR of a valid MR: rxe reports %s, accepted for rxe only\n",
+			ib_wc_status_msg(wc.status));
+	} else if (wc.status != IB_WC_MW_BIND_ERR) {
+		r = FAIL("REG_MR of a valid MR: status %s (%d), vendor_err 0x%x; expected IB_WC_MW_BIND_ERR",
+			 ib_wc_status_msg(wc.status), wc.status, wc.vendor_err);
+		goto out;
+	}
+	/* Back to the key the device holds; it invalidates on a fresh pair. */
+	ib_update_fast_reg_key(t->fr, first & 0xff);
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	while (!kv_wait_ms(cq, &wc, KV_QUIET_MS))
+		;
+	r = kv_pair(t, cq, &a, &b);
+	if (!r)
+		r = kv_local_inv(t, &b);
+out:
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	kv_cq_free(cq);
+	return r;
+}
+
 /* Receives outstanding on both QPs of the main pair, then ib_drain_qp on each. */
 static int check_drain(struct kv *t)
 {
@@ -1921,6 +2004,7 @@ static const struct kv_check kv_checks[] = {
 	{ "zero_length_write_with_imm_rkey0", check_zero_len_write_imm },
 	{ "zero_length_read_rkey0", check_zero_len_read },
 	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },
+	{ "fast_reg_of_a_valid_mr_fails", check_fastreg_valid_mr },
 	{ "drain_live_qps", check_drain },
 };
 
