@@ -105,12 +105,19 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u8,
     /// `IB_DEVICE_*` capability flags.
     pub device_cap_flags: u64,
+    /// Pages one fast registration can map (`max_fast_reg_page_list_len`).
+    pub max_fast_reg_page_list_len: u32,
     /// The lkey under which kernel consumers' SGE addresses are DMA addresses
     /// (`IBK_LOCAL_DMA_LKEY`), if the device has one.
     pub local_dma_lkey: Option<u32>,
 }
 
 impl DeviceAttr {
+    /// [`DeviceAttr::device_cap_flags`] bit: fast registration (`IB_WR_REG_MR`), local
+    /// invalidate and SEND with invalidate (`IB_DEVICE_MEM_MGT_EXTENSIONS`).
+    pub const CAP_MEM_MGT_EXTENSIONS: u64 =
+        bindings::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS as u64;
+
     /// Writes these attributes into a C `ib_device_attr`.
     pub(crate) fn write_to(&self, out: &mut bindings::ib_device_attr) {
         out.fw_ver = self.fw_ver;
@@ -136,6 +143,7 @@ impl DeviceAttr {
         out.max_pkeys = self.max_pkeys;
         out.local_ca_ack_delay = self.local_ca_ack_delay;
         out.device_cap_flags = self.device_cap_flags;
+        out.max_fast_reg_page_list_len = self.max_fast_reg_page_list_len;
         if self.local_dma_lkey.is_some() {
             out.kernel_cap_flags |= u64::from(bindings::ib_kernel_cap_flags_IBK_LOCAL_DMA_LKEY);
         }

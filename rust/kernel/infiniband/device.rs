@@ -346,6 +346,16 @@ impl<T: Driver> VTable<T> {
         } else {
             None
         },
+        alloc_mr: if T::HAS_ALLOC_MR {
+            Some(mr::alloc_mr::<T>)
+        } else {
+            None
+        },
+        map_mr_sg: if T::HAS_MR_SET_PAGE {
+            Some(mr::map_mr_sg::<T>)
+        } else {
+            None
+        },
         size_ib_ucontext: UContextObject::<T>::SIZE,
         size_ib_pd: PdObject::<T>::SIZE,
         size_ib_cq: CqObject::<T>::SIZE,

@@ -258,6 +258,30 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
+    /// Allocates a fast-registration MR of at most `max_num_sg` pages in a kernel PD
+    /// (`alloc_mr` with `IB_MR_TYPE_MEM_REG`; the abstraction refuses other types). It starts
+    /// invalid; an `IB_WR_REG_MR` ([`SendOp::RegMr`]) makes it valid.
+    fn alloc_mr(
+        _data: &Self::RegistrationData<'_>,
+        _pd: &Self::Pd,
+        _max_num_sg: u32,
+    ) -> Result<NewMr<Self::Mr>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// `map_mr_sg` begins: forget the page list of fast-registration MR `mr` (`EINVAL` for
+    /// other MRs). Any context; must not sleep.
+    fn mr_reset_pages(_mr: &Self::Mr) -> Result {
+        Err(EINVAL)
+    }
+
+    /// `map_mr_sg` continues: append the DMA address of one page (of `mr->page_size` bytes)
+    /// to `mr`'s page list; an error (`ENOMEM` when full) stops the mapping there. Any
+    /// context; must not sleep. Implementing it enables `map_mr_sg`.
+    fn mr_set_page(_mr: &Self::Mr, _addr: u64) -> Result {
+        Err(EINVAL)
+    }
+
     /// Modifies a QP (`modify_qp`); `mask` holds [`qp::attr_mask`] bits.
     fn modify_qp(
         _data: &Self::RegistrationData<'_>,

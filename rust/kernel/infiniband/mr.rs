@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory regions (`struct ib_mr`): user memory registrations and the kernel's DMA MR.
+//! Memory regions (`struct ib_mr`): user memory registrations, the kernel's DMA MR and
+//! fast-registration MRs (`ib_alloc_mr`, `ib_map_mr_sg`, posted with `IB_WR_REG_MR`).
 //!
 //! Unlike PDs, CQs and QPs, MRs are allocated by the provider: the object is a [`KBox`] with
 //! the `ib_mr` at offset 0, handed to ib_core on registration and freed when the driver agrees
@@ -185,6 +186,88 @@ pub(crate) unsafe extern "C" fn get_dma_mr<T: Driver>(
         Ok(install::<T>(slot, mr))
     };
     run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// `alloc_mr`: a fast-registration MR of at most `max_num_sg` pages, initially invalid.
+///
+/// Only `IB_MR_TYPE_MEM_REG` is supported; other types fail with `EOPNOTSUPP`.
+///
+/// # Safety
+///
+/// Called by ib_core for a kernel PD of a device of driver `T`.
+pub(crate) unsafe extern "C" fn alloc_mr<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    mr_type: bindings::ib_mr_type,
+    max_num_sg: u32,
+) -> *mut bindings::ib_mr {
+    let run = || -> Result<*mut bindings::ib_mr> {
+        if mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
+            return Err(EOPNOTSUPP);
+        }
+        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
+        let (ib, pd_data) = unsafe {
+            (
+                (*pd).device,
+                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: `ib` is a device of driver `T` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
+        // SAFETY: Called from an ib_core callback.
+        let mr = unsafe { dev.with_data(|d| T::alloc_mr(d, pd_data, max_num_sg)) }?;
+        Ok(install::<T>(slot, mr))
+    };
+    run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// The driver data of an MR this driver made.
+///
+/// # Safety
+///
+/// `mr` is a live `ib_mr` returned by one of this module's callbacks for driver `T`.
+pub(crate) unsafe fn mr_data<'a, T: Driver>(mr: *mut bindings::ib_mr) -> &'a T::Mr {
+    // SAFETY: Guaranteed by the caller: `mr` heads an `MrObject<T>`.
+    unsafe { &(*mr.cast::<MrObject<T>>()).data }
+}
+
+/// `set_page` of `ib_sg_to_pages`: one page address of the mapping in progress.
+///
+/// # Safety
+///
+/// Called by `ib_sg_to_pages` from [`map_mr_sg`] with the MR it was given.
+unsafe extern "C" fn set_page<T: Driver>(mr: *mut bindings::ib_mr, addr: u64) -> c_int {
+    // SAFETY: `mr` is the MR `map_mr_sg` passed on (function contract).
+    let data = unsafe { mr_data::<T>(mr) };
+    match T::mr_set_page(data, addr) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+/// `map_mr_sg`: the driver forgets the MR's previous page list, then C `ib_sg_to_pages`
+/// splits the DMA-mapped scatterlist into pages of `mr->page_size` (which `ib_map_mr_sg` set),
+/// hands each to the driver and sets `mr->iova` and `mr->length`. Returns the number of
+/// scatterlist entries mapped, as `ib_sg_to_pages` does.
+///
+/// # Safety
+///
+/// Called by ib_core with an MR of driver `T` and a DMA-mapped scatterlist of `sg_nents`
+/// entries.
+pub(crate) unsafe extern "C" fn map_mr_sg<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    sg: *mut bindings::scatterlist,
+    sg_nents: c_int,
+    sg_offset: *mut crate::ffi::c_uint,
+) -> c_int {
+    // SAFETY: `mr` is a live MR of driver `T` (function contract).
+    let data = unsafe { mr_data::<T>(mr) };
+    if let Err(e) = T::mr_reset_pages(data) {
+        return e.to_errno();
+    }
+    // SAFETY: The arguments are ib_core's, valid for this call; `set_page::<T>` only reads
+    // the driver data of this MR.
+    unsafe { bindings::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(set_page::<T>)) }
 }
 
 /// Hands a new MR to ib_core: the object with the driver's data and the keys.

@@ -51,6 +51,8 @@ pub enum WcOpcode {
     RdmaRead = bindings::ib_wc_opcode_IB_WC_RDMA_READ,
     /// A local invalidate completed.
     LocalInv = bindings::ib_wc_opcode_IB_WC_LOCAL_INV,
+    /// A fast registration (`IB_WR_REG_MR`) completed.
+    RegMr = bindings::ib_wc_opcode_IB_WC_REG_MR,
     /// A message was received.
     Recv = bindings::ib_wc_opcode_IB_WC_RECV,
     /// An RDMA WRITE with immediate data consumed a receive.

@@ -8,7 +8,7 @@
 //! one into a safe [`SendWr`]/[`RecvWr`] and remember which one was handed out last, so the
 //! callback can report the failing request (`bad_wr`) for the driver.
 
-use super::{ah::AhObject, device::Device, qp::qp_data, Driver};
+use super::{ah::AhObject, device::Device, mr::mr_data, qp::qp_data, Access, Driver};
 use crate::{bindings, ffi::c_int, prelude::*};
 use core::marker::PhantomData;
 
@@ -83,6 +83,21 @@ pub enum SendOp {
         /// The key.
         rkey: u32,
     },
+    /// Fast registration (`IB_WR_REG_MR`, `struct ib_reg_wr`) of [`SendWr::mr`] as `ib_map_mr_sg`
+    /// left it: the pages the driver collected, `iova`, `length` and `page_size`.
+    RegMr {
+        /// The key to register (the consumer updated the MR's key byte before posting, with
+        /// `ib_update_fast_reg_key`).
+        key: u32,
+        /// Access rights.
+        access: Access,
+        /// Device address of the first byte (`mr->iova`).
+        iova: u64,
+        /// Length in bytes (`mr->length`).
+        length: u64,
+        /// Page size of the page list (`mr->page_size`).
+        page_size: u32,
+    },
 }
 
 /// The destination of a datagram (`struct ib_ud_wr`).
@@ -111,6 +126,8 @@ pub struct SendWr<'a, T: Driver> {
     pub fence: bool,
     /// For datagram QPs: the destination.
     pub ud: Option<UdDest<'a, T>>,
+    /// For [`SendOp::RegMr`]: the driver data of the MR to register.
+    pub mr: Option<&'a T::Mr>,
     inline: bool,
 }
 
@@ -172,6 +189,7 @@ impl<'a, T: Driver> SendWrs<'a, T> {
         // SAFETY: `ex` is a plain union of `__be32` values.
         let ex = unsafe { w.ex.imm_data };
         let imm = u32::from_be(ex);
+        let mut reg_mr = None;
         let op = match w.opcode {
             bindings::ib_wr_opcode_IB_WR_SEND => SendOp::Send {
                 imm: None,
@@ -190,6 +208,24 @@ impl<'a, T: Driver> SendWrs<'a, T> {
                 // SAFETY: As above.
                 rkey: unsafe { w.ex.invalidate_rkey },
             },
+            bindings::ib_wr_opcode_IB_WR_REG_MR if !ud => {
+                // SAFETY: REG_MR is posted as `ib_reg_wr`, whose first member is `wr`.
+                let r = unsafe { &*wr.cast::<bindings::ib_reg_wr>() };
+                if r.mr.is_null() {
+                    return Err(EINVAL);
+                }
+                // SAFETY: The consumer holds the MR, an MR of this device, during the call;
+                // its iova/length/page_size were set by `ib_map_mr_sg` before posting.
+                let m = unsafe { &*r.mr };
+                reg_mr = Some(r.mr);
+                SendOp::RegMr {
+                    key: r.key,
+                    access: Access::new(r.access as u32),
+                    iova: m.iova,
+                    length: m.length,
+                    page_size: m.page_size,
+                }
+            }
             op @ (bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
             | bindings::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM
             | bindings::ib_wr_opcode_IB_WR_RDMA_READ)
@@ -241,6 +277,8 @@ impl<'a, T: Driver> SendWrs<'a, T> {
             solicited: flags & bindings::ib_send_flags_IB_SEND_SOLICITED != 0,
             fence: flags & bindings::ib_send_flags_IB_SEND_FENCE != 0,
             ud: dest,
+            // SAFETY: A live MR of this device (driver `T`), held by the consumer for 'a.
+            mr: reg_mr.map(|m| unsafe { mr_data::<T>(m) }),
             inline: flags & bindings::ib_send_flags_IB_SEND_INLINE != 0,
         })
     }

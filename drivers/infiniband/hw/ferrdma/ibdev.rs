@@ -403,6 +403,11 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn query_device(data: &IbData<'_>) -> DeviceAttr {
         let c = &data.caps;
+        let fast_reg_pages = if data.kdb.is_some() {
+            c.max_fast_reg_pages.min(hw::MAX_FAST_REG_PAGES)
+        } else {
+            0
+        };
         DeviceAttr {
             fw_ver: c.fw_ver,
             sys_image_guid: node_guid(data.mac),
@@ -429,6 +434,13 @@ impl infiniband::Driver for FerrdmaIb {
             max_pkeys: 1,
             local_ca_ack_delay: 16,
             local_dma_lkey: data.kdb.as_ref().map(|_| hw::LOCAL_DMA_STAG),
+            // Fast registration needs kernel QPs (privileged, on the kernel doorbell page).
+            device_cap_flags: if fast_reg_pages > 0 {
+                DeviceAttr::CAP_MEM_MGT_EXTENSIONS
+            } else {
+                0
+            },
+            max_fast_reg_page_list_len: fast_reg_pages,
             ..DeviceAttr::default()
         }
     }
@@ -596,6 +608,27 @@ impl infiniband::Driver for FerrdmaIb {
     fn get_dma_mr(data: &IbData<'_>, _pd: &Pd, access: Access) -> Result<NewMr<Mr>> {
         data.kernel_doorbells()?;
         data.get_dma_mr(access)
+    }
+
+    fn alloc_mr(data: &IbData<'_>, pd: &Pd, max_num_sg: u32) -> Result<NewMr<Mr>> {
+        data.alloc_fast_reg_mr(pd, max_num_sg)
+    }
+
+    fn mr_reset_pages(mr: &Mr) -> Result {
+        match mr {
+            Mr::FastReg(f) => {
+                f.reset();
+                Ok(())
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
+    fn mr_set_page(mr: &Mr, addr: u64) -> Result {
+        match mr {
+            Mr::FastReg(f) => f.push(addr),
+            _ => Err(EINVAL),
+        }
     }
 
     fn create_qp(

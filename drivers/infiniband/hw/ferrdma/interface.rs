@@ -484,6 +484,8 @@ pub mod admin_op {
     pub const CREATE_AH: u8 = 0x11;
     /// [`super::DestroyObject`] with an AH id.
     pub const DESTROY_AH: u8 = 0x12;
+    /// [`super::AllocMr`]: an MR table entry for fast registration, initially invalid.
+    pub const ALLOC_MR: u8 = 0x13;
 }
 
 /// Admin completion status codes ([`AdminCompletion::status`]).
@@ -944,6 +946,102 @@ wire_struct! {
     }
 }
 
+/// Largest page list of one fast registration ([`AllocMr::max_pages`], the FAST_REG WQE's
+/// page count).
+pub const MAX_FAST_REG_PAGES: u32 = 512;
+
+wire_struct! {
+    /// ALLOC_MR: reserves MR table entry `stag` for fast registration by a privileged QP's
+    /// FAST_REG WQE. The MR starts *invalid*: no translation, every access refused.
+    pub struct AllocMr [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// STag: table index in bits 31:8, initial key in 7:0.
+        pub stag: u32,
+        /// Protection domain; a FAST_REG WQE must come from a QP of this PD.
+        pub pd: u32,
+        /// Largest page count a FAST_REG may install, 1..=[`MAX_FAST_REG_PAGES`].
+        pub max_pages: u32,
+        /// Reserved, 0.
+        pub rsvd0: u32,
+        /// Reserved, 0.
+        pub rsvd: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 8],
+    }
+}
+
+/// FAST_REG WQE (one quantum; manual, "Fast registration"): qw0 is the iova, qw1 the bus
+/// address of the page list (u64 LE page addresses, 8-byte aligned), qw2 the fields below,
+/// header bits 31:0 the STag to install (index of an ALLOC_MR entry, new key).
+pub mod fast_reg {
+    /// qw2: MR length in bytes, bits 40:0 (1..=`MAX_MR_SIZE`).
+    pub const LEN_HI: u32 = 40;
+    /// qw2: log2 of the page size (12, 21 or 30), bits 47:42.
+    pub const SHIFT_LO: u32 = 42;
+    /// qw2: page shift high bit.
+    pub const SHIFT_HI: u32 = 47;
+    /// qw2: `MR_ACCESS_*` bits, bits 51:48.
+    pub const ACCESS_LO: u32 = 48;
+    /// qw2: access high bit.
+    pub const ACCESS_HI: u32 = 51;
+    /// qw2: page count, bits 63:52.
+    pub const NPAGES_LO: u32 = 52;
+    /// qw2: page count high bit.
+    pub const NPAGES_HI: u32 = 63;
+}
+
+/// The decoded qw2 of a FAST_REG WQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastRegFields {
+    /// MR length in bytes.
+    pub length: u64,
+    /// log2 of the page size.
+    pub page_shift: u8,
+    /// `MR_ACCESS_*` bits.
+    pub access: u32,
+    /// Pages in the page list.
+    pub npages: u32,
+}
+
+/// Encodes qw2 of a FAST_REG WQE (fields too wide for theirs are truncated).
+pub const fn fast_reg_qw2(f: FastRegFields) -> u64 {
+    set_bits(
+        set_bits(
+            set_bits(
+                bits(f.length, fast_reg::LEN_HI, 0),
+                fast_reg::SHIFT_HI,
+                fast_reg::SHIFT_LO,
+                f.page_shift as u64,
+            ),
+            fast_reg::ACCESS_HI,
+            fast_reg::ACCESS_LO,
+            f.access as u64,
+        ),
+        fast_reg::NPAGES_HI,
+        fast_reg::NPAGES_LO,
+        f.npages as u64,
+    )
+}
+
+/// Decodes qw2 of a FAST_REG WQE.
+pub const fn fast_reg_fields(qw2: u64) -> FastRegFields {
+    FastRegFields {
+        length: bits(qw2, fast_reg::LEN_HI, 0),
+        page_shift: bits(qw2, fast_reg::SHIFT_HI, fast_reg::SHIFT_LO) as u8,
+        access: bits(qw2, fast_reg::ACCESS_HI, fast_reg::ACCESS_LO) as u32,
+        npages: bits(qw2, fast_reg::NPAGES_HI, fast_reg::NPAGES_LO) as u32,
+    }
+}
+
+const _: () = assert!(MAX_FAST_REG_PAGES < 1 << (fast_reg::NPAGES_HI - fast_reg::NPAGES_LO + 1));
+const _: () = assert!(MAX_MR_SIZE < 1 << (fast_reg::LEN_HI + 1));
+const _: () = assert!(MR_ACCESS_ALL < 1 << (fast_reg::ACCESS_HI - fast_reg::ACCESS_LO + 1));
+
 /// STag table index.
 pub const fn stag_index(stag: u32) -> u32 {
     stag >> 8
@@ -1077,10 +1175,12 @@ wire_struct! {
         pub msix_vectors: u32,
         /// Firmware version: major in 47:32, minor in 15:0.
         pub fw_ver: u64,
+        /// [`MAX_FAST_REG_PAGES`] (0 from a device without fast registration).
+        pub max_fast_reg_pages: u32,
         /// Largest `CreateEq::moderation_us` (since 1.2; 0: no time-based moderation).
         pub max_eq_moderation_us: u16,
         /// Reserved.
-        pub rsvd: [u8; 30],
+        pub rsvd: [u8; 26],
     }
 }
 
@@ -1261,7 +1361,7 @@ pub mod sq_op {
     pub const SEND_SOL_INV: u8 = 0x06;
     /// Bind memory window (not supported: completes with LOC_QP_OP_ERR).
     pub const BIND_MW: u8 = 0x08;
-    /// Fast register (not supported).
+    /// Fast register an ALLOC_MR entry (irdma's FAST_REG_NSMR opcode; privileged QPs only).
     pub const FAST_REG: u8 = 0x09;
     /// Local invalidate.
     pub const LOCAL_INV: u8 = 0x0a;
@@ -1439,7 +1539,7 @@ pub const fn sq_wqe_quanta(hdr: u64) -> u32 {
         };
     }
     match op {
-        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW => 1,
+        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW | sq_op::FAST_REG => 1,
         _ => 1 + (bits(hdr, wqe::ADDFRAGCNT_HI, wqe::ADDFRAGCNT_LO) as u32).div_ceil(2),
     }
 }

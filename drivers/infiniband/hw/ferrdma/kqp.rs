@@ -153,7 +153,7 @@ impl Sq {
 }
 
 /// The device operation of a send request.
-fn sq_op<T: kernel::infiniband::Driver<Ah = crate::ah::Ah>>(
+fn sq_op<T: kernel::infiniband::Driver<Ah = crate::ah::Ah, Mr = crate::mr::Mr>>(
     qp: &KQp,
     wr: &SendWr<'_, T>,
 ) -> Result<(SqOp, Option<u32>)> {
@@ -205,6 +205,30 @@ fn sq_op<T: kernel::infiniband::Driver<Ah = crate::ah::Ah>>(
             None,
         ),
         (SendOp::LocalInv { rkey }, None) => (SqOp::LocalInv { stag: rkey }, None),
+        (
+            SendOp::RegMr {
+                key,
+                access,
+                iova,
+                length,
+                page_size,
+            },
+            None,
+        ) => {
+            let Some(crate::mr::Mr::FastReg(f)) = wr.mr else {
+                return Err(EINVAL);
+            };
+            let (pbl, fields) = f.wqe_fields(key, access, length, page_size)?;
+            (
+                SqOp::FastReg {
+                    stag: key,
+                    iova,
+                    pbl,
+                    fields,
+                },
+                None,
+            )
+        }
     })
 }
 

@@ -38,6 +38,14 @@ pub(crate) enum SqOp {
     Read { raddr: u64, rkey: u32 },
     /// Local invalidate of `stag`.
     LocalInv { stag: u32 },
+    /// Fast registration of `stag` (an ALLOC_MR entry, new key) at `iova` over the page list
+    /// at bus address `pbl`.
+    FastReg {
+        stag: u32,
+        iova: u64,
+        pbl: u64,
+        fields: hw::FastRegFields,
+    },
 }
 
 /// The flags of an SQ WQE.
@@ -99,6 +107,7 @@ const fn opcode(op: &SqOp, solicited: bool) -> u8 {
         }
         SqOp::Read { .. } => hw::sq_op::RDMA_READ,
         SqOp::LocalInv { .. } => hw::sq_op::LOCAL_INV,
+        SqOp::FastReg { .. } => hw::sq_op::FAST_REG,
     }
 }
 
@@ -120,6 +129,16 @@ pub(crate) fn sq_wqe(op: SqOp, flags: SqFlags, data: Payload<'_>, polarity: bool
             w.qw[1] = u64::from(stag);
             (0, 0)
         }
+        SqOp::FastReg {
+            stag,
+            iova,
+            pbl,
+            fields,
+        } => {
+            w.qw[0] = iova;
+            w.qw[1] = pbl;
+            (stag, hw::fast_reg_qw2(fields))
+        }
     };
     w.qw[2] = qw2;
     let mut hdr = hw::SqHeader {
@@ -132,7 +151,7 @@ pub(crate) fn sq_wqe(op: SqOp, flags: SqFlags, data: Payload<'_>, polarity: bool
         addfragcnt: 0,
         low,
     };
-    if matches!(op, SqOp::LocalInv { .. }) {
+    if matches!(op, SqOp::LocalInv { .. } | SqOp::FastReg { .. }) {
         hdr.imm = false;
         w.qw[3] = hw::sq_wqe_header(hdr);
         return Ok(w);
@@ -255,6 +274,7 @@ pub(crate) const fn sq_wc_opcode(op: &SqOp) -> WcOpcode {
         SqOp::Write { .. } => WcOpcode::RdmaWrite,
         SqOp::Read { .. } => WcOpcode::RdmaRead,
         SqOp::LocalInv { .. } => WcOpcode::LocalInv,
+        SqOp::FastReg { .. } => WcOpcode::RegMr,
     }
 }
 
@@ -487,6 +507,60 @@ mod tests {
             true
         )
         .is_ok());
+    }
+
+    #[test]
+    fn fast_reg_is_one_quantum_with_iova_list_and_fields() -> Result {
+        let fields = hw::FastRegFields {
+            length: 0x2d00,
+            page_shift: 12,
+            access: hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE,
+            npages: 3,
+        };
+        let w = sq_wqe(
+            SqOp::FastReg {
+                stag: 0x507,
+                iova: 0x1_2345_6100,
+                pbl: 0x8000_0040,
+                fields,
+            },
+            SqFlags {
+                signaled: true,
+                fence: true,
+                // Ignored: a FAST_REG carries no immediate data.
+                imm: Some(9),
+                ..SqFlags::default()
+            },
+            Payload::Frags(&[]),
+            true,
+        )?;
+        assert_eq!(w.quanta, 1);
+        assert_eq!(w.qw[0], 0x1_2345_6100);
+        assert_eq!(w.qw[1], 0x8000_0040);
+        // Length in 40:0, page shift in 47:42, access in 51:48, page count in 63:52.
+        assert_eq!(w.qw[2], 0x2d00 | 12 << 42 | 3 << 48 | 3 << 52);
+        let h = w.header();
+        assert_eq!(h as u32, 0x507);
+        assert_eq!((h >> 32) & 0x3f, 0x09);
+        assert_eq!((h >> 63, (h >> 62) & 1, (h >> 60) & 1), (1, 1, 1));
+        assert_eq!((h >> 47) & 1, 0);
+        assert_eq!((h >> 38) & 0xf, 0);
+        assert_eq!(hw::sq_wqe_quanta(h), 1);
+        assert_eq!(hw::fast_reg_fields(w.qw[2]), fields);
+        Ok(())
+    }
+
+    #[test]
+    fn fast_reg_completes_as_reg_mr() {
+        let op = SqOp::FastReg {
+            stag: 0x100,
+            iova: 0,
+            pbl: 0,
+            fields: hw::FastRegFields::default(),
+        };
+        assert_eq!(sq_wc_opcode(&op), WcOpcode::RegMr);
+        assert_eq!(error_status(1, hw::flush::MW_BIND), WcStatus::MwBind);
+        assert_eq!(error_status(1, hw::flush::PROT), WcStatus::LocProt);
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! Memory registration the irdma way: `ibv_reg_mr` becomes a device MR (REG_MR with the best
 //! page size), while the rings of QPs and CQs libirdma is about to create are registered as
 //! *ring registrations* that create_qp/create_cq find by address (irdma-abi §2.3).
+//!
+//! Kernel consumers get fast-registration MRs (manual, "Fast registration"): `ib_alloc_mr`
+//! reserves an MR table entry (ALLOC_MR), `ib_map_mr_sg` fills the MR's page list in coherent
+//! memory, and an `IB_WR_REG_MR` becomes a FAST_REG WQE that makes the device read that list.
 
 use crate::{
     abi::{self, MemRegReq},
@@ -12,7 +16,9 @@ use crate::{
     pbl::PageList,
 };
 use kernel::{
+    dma::Coherent,
     infiniband::{Access, NewMr, UData, Umem, UserMrRequest},
+    io::io_write,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
@@ -81,6 +87,80 @@ pub(crate) enum Mr {
     Ring(Arc<RingReg>),
     /// The kernel's DMA MR: the device's local DMA STag, nothing registered.
     LocalDma,
+    /// A fast-registration MR of a kernel consumer.
+    FastReg(FastRegMr),
+}
+
+/// A fast-registration MR: its MR table entry and the page list the device reads when a
+/// FAST_REG WQE executes.
+pub(crate) struct FastRegMr {
+    /// MR table index (the key byte changes with every registration).
+    index: u32,
+    /// Page list entries (bus addresses, little-endian), `max_pages` of them.
+    pages: Coherent<[u64]>,
+    max_pages: u32,
+    /// Entries `map_mr_sg` filled.
+    npages: Atomic<u32>,
+}
+
+impl FastRegMr {
+    /// `map_mr_sg` begins.
+    pub(crate) fn reset(&self) {
+        self.npages.store(0, Relaxed);
+    }
+
+    /// Appends a page address; `ENOMEM` when the list is full (`ib_sg_to_pages` then stops).
+    pub(crate) fn push(&self, addr: u64) -> Result {
+        let n = self.npages.load(Relaxed);
+        if n >= self.max_pages {
+            return Err(ENOMEM);
+        }
+        io_write!(self.pages, [try: n as usize], addr.to_le());
+        self.npages.store(n + 1, Relaxed);
+        Ok(())
+    }
+
+    /// The FAST_REG WQE's page list address and fields for registering `key` over the pages
+    /// mapped so far (see [`fast_reg_fields`]).
+    pub(crate) fn wqe_fields(
+        &self,
+        key: u32,
+        access: Access,
+        length: u64,
+        page_size: u32,
+    ) -> Result<(u64, hw::FastRegFields)> {
+        let npages = self.npages.load(Relaxed);
+        let f = fast_reg_fields(self.index, npages, key, access, length, page_size)?;
+        Ok((self.pages.dma_address(), f))
+    }
+}
+
+/// The FAST_REG fields of MR table entry `index` holding `npages` mapped pages, registered
+/// under `key`. `EINVAL` if `key` names another entry, nothing is mapped, the page size is one
+/// the device lacks, the length is out of range or the rights are unsupported.
+fn fast_reg_fields(
+    index: u32,
+    npages: u32,
+    key: u32,
+    access: Access,
+    length: u64,
+    page_size: u32,
+) -> Result<hw::FastRegFields> {
+    if hw::stag_index(key) != index || npages == 0 {
+        return Err(EINVAL);
+    }
+    if !page_size.is_power_of_two() || hw::PAGE_SIZE_CAP & u64::from(page_size) == 0 {
+        return Err(EINVAL);
+    }
+    if length == 0 || length > hw::MAX_MR_SIZE {
+        return Err(EINVAL);
+    }
+    Ok(hw::FastRegFields {
+        length,
+        page_shift: page_size.trailing_zeros() as u8,
+        access: mr_access(access).map_err(|_| EINVAL)?,
+        npages,
+    })
 }
 
 /// IB access flags to the device's MR access bits; `EOPNOTSUPP` for rights the device lacks.
@@ -248,7 +328,56 @@ impl IbData<'_> {
                 Ok(())
             }
             Mr::LocalDma => Ok(()),
+            Mr::FastReg(f) => {
+                // The device ignores the key of a fast-registration MR here (FAST_REG owns it).
+                self.destroy_object(hw::admin_op::DEREG_MR, stag(f.index, 0))?;
+                self.ids.lock().mrs.free(f.index);
+                Ok(())
+            }
         }
+    }
+
+    /// `alloc_mr`: a fast-registration MR of at most `max_num_sg` pages in kernel PD `pd`,
+    /// invalid until an `IB_WR_REG_MR` registers it.
+    pub(crate) fn alloc_fast_reg_mr(&self, pd: &Pd, max_num_sg: u32) -> Result<NewMr<Mr>> {
+        self.kernel_doorbells()?;
+        let limit = self.caps.max_fast_reg_pages.min(hw::MAX_FAST_REG_PAGES);
+        if limit == 0 {
+            return Err(EOPNOTSUPP);
+        }
+        if max_num_sg == 0 || max_num_sg > limit {
+            return Err(EINVAL);
+        }
+        let pages = Coherent::<u64>::zeroed_slice(self.dev, max_num_sg as usize, GFP_KERNEL)?;
+        let (index, key) = {
+            let mut ids = self.ids.lock();
+            let index = ids
+                .mrs
+                .alloc_in(1, self.caps.max_mr.min(hw::MAX_MR))
+                .ok_or(ENOMEM)?;
+            ids.mr_key = ids.mr_key.wrapping_add(0x35);
+            (index, ids.mr_key)
+        };
+        let stag = stag(index, key);
+        let mut cmd = hw::AllocMr::decode(&[0; hw::AllocMr::SIZE]);
+        cmd.hdr = header(hw::admin_op::ALLOC_MR);
+        cmd.stag = stag;
+        cmd.pd = pd.id();
+        cmd.max_pages = max_num_sg;
+        if let Err(e) = self.admin(&cmd.encode()) {
+            self.ids.lock().mrs.free(index);
+            return Err(e);
+        }
+        Ok(NewMr {
+            value: Mr::FastReg(FastRegMr {
+                index,
+                pages,
+                max_pages: max_num_sg,
+                npages: Atomic::new(0),
+            }),
+            lkey: stag,
+            rkey: stag,
+        })
     }
 
     /// `get_dma_mr`: kernel consumers' SGEs carry DMA addresses under the device's local DMA
@@ -308,6 +437,42 @@ mod tests {
         assert!(a(Access::REMOTE_ATOMIC).is_err());
         assert!(a(Access::MW_BIND).is_err());
         assert!(a(64).is_err()); // on-demand paging
+    }
+
+    #[test]
+    fn fast_reg_fields_check_key_pages_page_size_and_rights() {
+        let rw = Access::new(Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let f = fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4096);
+        assert_eq!(
+            f.ok(),
+            Some(hw::FastRegFields {
+                length: 0x2d00,
+                page_shift: 12,
+                access: hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE,
+                npages: 3,
+            })
+        );
+        assert_eq!(
+            fast_reg_fields(5, 1, stag(5, 1), rw, 1 << 21, 1 << 21)
+                .ok()
+                .map(|f| f.page_shift),
+            Some(21)
+        );
+        // Another entry's key, nothing mapped, a page size the device lacks, no length.
+        assert!(fast_reg_fields(5, 3, stag(6, 0x36), rw, 0x2d00, 4096).is_err());
+        assert!(fast_reg_fields(5, 0, stag(5, 0x36), rw, 0x2d00, 4096).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 8192).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4095).is_err());
+        assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0, 4096).is_err());
+        assert!(fast_reg_fields(
+            5,
+            3,
+            stag(5, 0x36),
+            Access::new(Access::REMOTE_ATOMIC),
+            0x2d00,
+            4096
+        )
+        .is_err());
     }
 
     #[test]

@@ -5,16 +5,16 @@ use std::mem::offset_of;
 
 use crate::interface::{
     admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, stag_index,
-    AdminHeader, Caps, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
+    AdminHeader, AllocMr, Caps, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
     PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE,
     AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ,
     EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES,
-    MAX_EQ_MODERATION_US, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PBL_PAGES,
-    MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_CQ_ENTRIES,
-    MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH,
-    MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP, QP_ACCESS_REMOTE_ATOMIC,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI,
-    QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
+    MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE,
+    MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE,
+    MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE,
+    MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP,
+    QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL,
+    QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
 };
 
 use super::cq::Cq;
@@ -91,6 +91,7 @@ impl Engine {
             admin_op::QUERY_QP => self.query_qp(env, &QueryObject::decode(cmd)),
             admin_op::DESTROY_QP => self.destroy_qp(QueryObject::decode(cmd).id),
             admin_op::REG_MR => self.reg_mr(env, &RegMr::decode(cmd)),
+            admin_op::ALLOC_MR => self.alloc_mr(&AllocMr::decode(cmd)),
             admin_op::DEREG_MR => {
                 let id = QueryObject::decode(cmd).id;
                 self.mrs
@@ -151,8 +152,9 @@ impl Engine {
             rsvd0: 0,
             msix_vectors: MSIX_VECTORS,
             fw_ver: 2 << 32,
+            max_fast_reg_pages: MAX_FAST_REG_PAGES,
             max_eq_moderation_us: MAX_EQ_MODERATION_US,
-            rsvd: [0; 30],
+            rsvd: [0; 26],
         };
         write_out(env, q, &caps.encode())?;
         Ok(0)
@@ -712,8 +714,32 @@ impl Engine {
                 page_shift: u32::from(c.page_shift),
                 pages,
                 valid: true,
+                max_pages: 0,
             },
         );
+        Ok(0)
+    }
+
+    /// ALLOC_MR: an invalid fast-registration MR whose maximum page count is reserved now.
+    fn alloc_mr(&mut self, c: &AllocMr) -> CmdResult {
+        let s = offset_of!(AllocMr, stag);
+        check(super::mr::MrTable::in_range(c.stag), st::BAD_ID, s)?;
+        check(stag_index(c.stag) != 0, st::INVALID, s)?;
+        check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
+        check(c.pd < MAX_PD, st::INVALID, offset_of!(AllocMr, pd))?;
+        let max_at = offset_of!(AllocMr, max_pages);
+        check(
+            (1..=MAX_FAST_REG_PAGES).contains(&c.max_pages),
+            st::INVALID,
+            max_at,
+        )?;
+        check(
+            self.mrs.total_pages + c.max_pages as usize <= MAX_TOTAL_PAGES,
+            st::NO_RESOURCES,
+            max_at,
+        )?;
+        self.mrs
+            .insert(c.stag, Mr::fast_reg(c.stag as u8, c.pd, c.max_pages));
         Ok(0)
     }
 

@@ -5,9 +5,9 @@
 //! may touch another QP, because requester and responder may be the same QP.
 
 use crate::interface::{
-    ae, cqe, eqe_kind, flush, mtu_bytes, qp_state, sq_op, wqe as wqef, AV_FLAG_IPV4, MAX_QP,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
-    UD_GRH_SIZE,
+    ae, cqe, eqe_kind, fast_reg_fields, flush, mtu_bytes, qp_state, sq_op, wqe as wqef,
+    AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MR_ACCESS_ALL, QP_ACCESS_REMOTE_READ,
+    QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
 };
 
 use crate::dma::GuestMemory;
@@ -89,6 +89,49 @@ fn prefix(segs: Vec<Seg>, len: u64) -> Vec<Seg> {
         left -= t;
     }
     out
+}
+
+/// Why a FAST_REG WQE failed (manual, "Fast registration").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum FastRegError {
+    #[error("page shift {0} is not supported")]
+    PageShift(u8),
+    #[error("length {0} out of range")]
+    Length(u64),
+    #[error("undefined access bits {0:#x}")]
+    Access(u32),
+    #[error("{0} pages do not cover the region")]
+    Pages(u32),
+    #[error("no MR at the STag's index")]
+    NoMr,
+    #[error("the MR was not allocated for fast registration")]
+    NotFastReg,
+    #[error("the MR belongs to another PD")]
+    Pd,
+    #[error("the MR is valid (invalidate it first)")]
+    Valid,
+    #[error("{0} pages exceed the MR's maximum of {1}")]
+    TooManyPages(u32, u32),
+    #[error("page list address {0:#x} is not 8-byte aligned")]
+    ListAlign(u64),
+    #[error("page list at {0:#x} is not readable")]
+    ListDma(u64),
+    #[error("page address {0:#x} is not aligned to the page size")]
+    PageAlign(u64),
+}
+
+impl FastRegError {
+    /// The CQE flush code: MW_BIND for the MR's state, PD or size; LOC_PROT for an
+    /// unreadable page list; LOC_QP_OP for malformed fields.
+    pub(super) fn flush_code(self) -> u16 {
+        match self {
+            Self::NoMr | Self::NotFastReg | Self::Pd | Self::Valid | Self::TooManyPages(..) => {
+                flush::MW_BIND
+            }
+            Self::ListDma(_) => flush::PROT,
+            _ => flush::LOC_QP_OP,
+        }
+    }
 }
 
 /// Outcome of one SQ WQE.
@@ -545,6 +588,19 @@ impl Engine {
                     Err(_) => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
                 };
             }
+            sq_op::FAST_REG if !ud => {
+                if dma.is_none() {
+                    log::debug!("QP {qp_id}: FAST_REG on an unprivileged QP");
+                    return Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS);
+                }
+                return match self.fast_register(env, pd, w) {
+                    Ok(()) => Outcome::Done(0),
+                    Err(e) => {
+                        log::debug!("QP {qp_id}: FAST_REG of {:#x}: {e}", w.hdr_low);
+                        Outcome::Fail(e.flush_code(), ae::QP_LOCAL_ACCESS)
+                    }
+                };
+            }
             sq_op::SEND_INV
             | sq_op::SEND_SOL_INV
             | sq_op::RDMA_WRITE
@@ -593,6 +649,67 @@ impl Engine {
             Recv::SrcFault => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
             Recv::Nak(code) => Outcome::Fail(code, ae::QP_REMOTE_ERROR),
         }
+    }
+
+    /// Executes a FAST_REG WQE of a privileged QP of PD `pd`: checks every field, reads the
+    /// page list, then installs the translation and makes the MR valid under the new key.
+    /// Nothing changes unless everything is right.
+    fn fast_register(&mut self, env: &Env<'_>, pd: u32, w: &SqWqe) -> Result<(), FastRegError> {
+        let stag = w.hdr_low;
+        let (iova, pbl) = (w.qw0, w.qw1);
+        let f = fast_reg_fields(w.qw2);
+        if !matches!(f.page_shift, 12 | 21 | 30) {
+            return Err(FastRegError::PageShift(f.page_shift));
+        }
+        if !(1..=MAX_MR_SIZE).contains(&f.length) || iova.checked_add(f.length).is_none() {
+            return Err(FastRegError::Length(f.length));
+        }
+        if f.access & !MR_ACCESS_ALL != 0 {
+            return Err(FastRegError::Access(f.access));
+        }
+        let ps = 1u64 << f.page_shift;
+        let need = ((iova & (ps - 1)) + f.length).div_ceil(ps);
+        if f.npages == 0 || u64::from(f.npages) < need {
+            return Err(FastRegError::Pages(f.npages));
+        }
+        let mr = self.mrs.slot(stag).ok_or(FastRegError::NoMr)?;
+        if !mr.is_fast_reg() {
+            return Err(FastRegError::NotFastReg);
+        }
+        if mr.pd != pd {
+            return Err(FastRegError::Pd);
+        }
+        if mr.valid {
+            return Err(FastRegError::Valid);
+        }
+        if f.npages > mr.max_pages {
+            return Err(FastRegError::TooManyPages(f.npages, mr.max_pages));
+        }
+        if pbl % 8 != 0 {
+            return Err(FastRegError::ListAlign(pbl));
+        }
+        // npages <= max_pages <= MAX_FAST_REG_PAGES: at most 4 KiB read.
+        let mut raw = vec![0u8; f.npages as usize * 8];
+        env.mem.read(pbl, &mut raw).map_err(|_| {
+            self.stats.dma_faults += 1;
+            FastRegError::ListDma(pbl)
+        })?;
+        let pages: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        if let Some(&bad) = pages.iter().find(|&&a| a % ps != 0) {
+            return Err(FastRegError::PageAlign(bad));
+        }
+        let mr = self.mrs.slot_mut(stag).ok_or(FastRegError::NoMr)?;
+        mr.key = stag as u8;
+        mr.access = f.access;
+        mr.iova = iova;
+        mr.length = f.length;
+        mr.page_shift = u32::from(f.page_shift);
+        mr.pages = pages;
+        mr.valid = true;
+        Ok(())
     }
 
     fn ud_send(&mut self, env: &Env<'_>, qp_id: u32, w: &SqWqe, src: &Src) -> Outcome {

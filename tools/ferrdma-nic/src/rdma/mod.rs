@@ -126,6 +126,11 @@ impl Engine {
         }
     }
 
+    /// The MR table (for tests and diagnostics).
+    pub fn mrs(&self) -> &MrTable {
+        &self.mrs
+    }
+
     /// Counters (for tests and logs).
     pub fn stats(&self) -> &Stats {
         &self.stats

@@ -58,9 +58,42 @@ pub struct Mr {
     pub page_shift: u32,
     pub pages: Vec<u64>,
     pub valid: bool,
+    /// Non-zero for a fast-registration MR (ALLOC_MR): the most pages a FAST_REG WQE may
+    /// install. Its translation exists only while `valid`.
+    pub max_pages: u32,
 }
 
 impl Mr {
+    /// A fast-registration MR as ALLOC_MR creates it: invalid, nothing to translate.
+    pub fn fast_reg(key: u8, pd: u32, max_pages: u32) -> Self {
+        Self {
+            key,
+            pd,
+            access: 0,
+            iova: 0,
+            length: 0,
+            page_shift: 12,
+            pages: Vec::new(),
+            valid: false,
+            max_pages,
+        }
+    }
+
+    /// Whether the MR was made by ALLOC_MR for fast registration.
+    pub fn is_fast_reg(&self) -> bool {
+        self.max_pages != 0
+    }
+
+    /// Page addresses this MR counts against [`MAX_TOTAL_PAGES`]: a fast-registration MR
+    /// holds its maximum from allocation on, so a FAST_REG never runs out.
+    fn held(&self) -> usize {
+        if self.is_fast_reg() {
+            self.max_pages as usize
+        } else {
+            self.pages.len()
+        }
+    }
+
     /// The offset of `va` in the MR if `[va, va + len)` lies within it.
     fn bounds(&self, va: u64, len: u64) -> Result<u64, AccessFault> {
         let base = if self.access & MR_ACCESS_ZERO_BASED != 0 {
@@ -142,20 +175,27 @@ impl MrTable {
     /// Installs `mr` at `stag`'s index (the caller checked that it is free).
     pub fn insert(&mut self, stag: u32, mr: Mr) {
         if let Some(s) = self.slots.get_mut(stag_index(stag) as usize) {
-            self.total_pages += mr.pages.len();
+            self.total_pages += mr.held();
             *s = Some(mr);
         }
     }
 
-    /// Removes the MR named by `stag` (key must match).
+    /// Removes the MR named by `stag`: the key must match, except for a fast-registration
+    /// MR, whose key belongs to the data path (FAST_REG changes it) and is ignored.
     pub fn remove(&mut self, stag: u32) -> Option<Mr> {
         let s = self.slots.get_mut(stag_index(stag) as usize)?;
-        if s.as_ref()?.key != stag as u8 {
+        let m = s.as_ref()?;
+        if !m.is_fast_reg() && m.key != stag as u8 {
             return None;
         }
         let mr = s.take()?;
-        self.total_pages = self.total_pages.saturating_sub(mr.pages.len());
+        self.total_pages = self.total_pages.saturating_sub(mr.held());
         Some(mr)
+    }
+
+    /// The MR at `stag`'s index for a FAST_REG (any key), mutable.
+    pub fn slot_mut(&mut self, stag: u32) -> Option<&mut Mr> {
+        self.slots.get_mut(stag_index(stag) as usize)?.as_mut()
     }
 
     /// Drops every MR.
@@ -300,6 +340,7 @@ mod tests {
             page_shift: 12,
             pages: vec![0x10000, 0x11000, 0x40000],
             valid: true,
+            max_pages: 0,
         }
     }
 

@@ -316,6 +316,7 @@ mod tests {
                 page_shift: 8,
                 pages: vec![0x300, 0x200, 0x100],
                 valid: true,
+                max_pages: 0,
             },
         );
         let pieces = [

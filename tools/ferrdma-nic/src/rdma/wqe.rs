@@ -39,7 +39,9 @@ pub struct SqWqe {
     pub sges: Vec<Sge>,
     /// Header bits 31:0: rkey, invalidate STag, or AH id (UD).
     pub hdr_low: u32,
-    /// qw1: target STag of LOCAL_INV (bits 31:0).
+    /// qw0: the iova of FAST_REG.
+    pub qw0: u64,
+    /// qw1: target STag of LOCAL_INV (bits 31:0); page list address of FAST_REG.
     pub qw1: u64,
     /// qw2: remote address, or Q_Key (31:0) and destination QPN (55:32) for UD.
     pub qw2: u64,
@@ -115,12 +117,13 @@ pub fn parse_sq(b: &[u8]) -> Result<SqWqe, WqeError> {
         inline: None,
         sges: Vec::new(),
         hdr_low: hdr as u32,
+        qw0: qword(b, 0),
         qw1: qword(b, 8),
         qw2: qword(b, 16),
         len: 0,
     };
     match opcode {
-        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW => {
+        sq_op::NOP | sq_op::LOCAL_INV | sq_op::BIND_MW | sq_op::FAST_REG => {
             w.imm = None;
             return Ok(w);
         }

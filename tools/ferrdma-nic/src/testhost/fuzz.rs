@@ -50,6 +50,17 @@ pub enum Op {
     Modify(u32, u32, u8, u32),
     /// Timer tick.
     Tick,
+    /// Fast registration: an optional ALLOC_MR (index, PD, max pages), then a FAST_REG WQE on
+    /// QP A or B (`bool`: B) with hostile fields: STag, iova, qw2, and either a raw page-list
+    /// address or page addresses the host writes into guest memory.
+    FastReg(
+        Option<(u32, u32, u32)>,
+        bool,
+        u32,
+        u64,
+        u64,
+        Result<u64, Vec<u64>>,
+    ),
     /// A CQ with hostile geometry (shadow address, ring page list, size) used by a
     /// self-connected QP: create both, post a signaled NOP, arm, ring, destroy both.
     CqStress(u64, PageList, u32),
@@ -121,11 +132,11 @@ fn sges() -> BoxedStrategy<Vec<(u8, u64, u32, u32)>> {
 
 pub fn op() -> BoxedStrategy<Op> {
     prop_oneof![
-        2 => (prop_oneof![1u8..=0x12, any::<u8>()], prop::array::uniform15(word()))
+        2 => (prop_oneof![1u8..=0x13, any::<u8>()], prop::array::uniform15(word()))
             .prop_map(|(o, w)| Op::Admin(o, w)),
         6 => (
             prop_oneof![
-                4 => prop::sample::select(vec![0u8, 1, 3, 4, 5, 6, 0x0a, 0x0c, 0x0d]),
+                4 => prop::sample::select(vec![0u8, 1, 3, 4, 5, 6, 0x09, 0x0a, 0x0c, 0x0d]),
                 1 => 0u8..=0x0d,
                 1 => any::<u8>().prop_map(|o| o & 0x3f)
             ],
@@ -164,6 +175,27 @@ pub fn op() -> BoxedStrategy<Op> {
         1 => (2u32..4, any::<u32>(), 0u8..8, any::<u32>()).prop_map(|(q, m, s, a)| Op::Modify(q, m, s, a)),
         1 => Just(Op::Tick),
         1 => Just(Op::Reconnect),
+        2 => (
+            prop::option::of((4u32..8, 0u32..3, prop_oneof![0u32..8, any::<u32>()])),
+            any::<bool>(),
+            prop_oneof![(4u32..8, any::<u8>()).prop_map(|(i, k)| (i << 8) | u32::from(k)), stag()],
+            prop_oneof![addr(), (0u64..0x10000).prop_map(|o| RAM_BASE + o)],
+            prop_oneof![
+                (0u64..0x4000, prop::sample::select(vec![12u8, 21, 30, 0, 13, 63]), 0u32..16, 0u32..12)
+                    .prop_map(|(length, page_shift, access, npages)| fast_reg_qw2(FastRegFields {
+                        length,
+                        page_shift,
+                        access,
+                        npages
+                    })),
+                any::<u64>()
+            ],
+            prop_oneof![
+                addr().prop_map(Ok),
+                prop::collection::vec(prop_oneof![addr(), (0u64..64).prop_map(|k| RAM_BASE + k * 4096)], 0..12).prop_map(Err)
+            ]
+        )
+            .prop_map(|(alloc, b, stag, iova, qw2, list)| Op::FastReg(alloc, b, stag, iova, qw2, list)),
         1 => (
             prop_oneof![addr(), (u64::MAX - 64)..=u64::MAX],
             (addr(), prop_oneof![0u32..4, any::<u32>()], 0u8..4),
@@ -306,6 +338,43 @@ pub fn apply(r: &mut Rig, op: &Op) {
                 ..Default::default()
             };
             r.h.send(&mut r.a, &wr);
+        }
+        Op::FastReg(alloc, on_b, stag, iova, qw2, list) => {
+            if let Some((index, pd, max_pages)) = alloc {
+                let c = AllocMr {
+                    hdr: Host::hdr(admin_op::ALLOC_MR),
+                    stag: (index << 8) | 1,
+                    pd: *pd,
+                    max_pages: *max_pages,
+                    ..Default::default()
+                };
+                if r.h.admin_try(c.encode()).is_none() {
+                    fresh(r);
+                }
+            }
+            let pbl = match list {
+                Ok(a) => *a,
+                Err(pages) => {
+                    let at = r.h.alloc(8 * pages.len() as u64, 8);
+                    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+                    r.h.write(at, &raw);
+                    at
+                }
+            };
+            let wr = Wr {
+                opcode: sq_op::FAST_REG,
+                signaled: true,
+                hdr_low: *stag,
+                qw0: *iova,
+                qw1: pbl,
+                qw2: *qw2,
+                ..Default::default()
+            };
+            if *on_b {
+                r.h.send(&mut r.b, &wr);
+            } else {
+                r.h.send(&mut r.a, &wr);
+            }
         }
         Op::RawSq(quanta) => {
             let pol = u64::from(r.a.sq_pol) << 63;
@@ -524,6 +593,17 @@ proptest! {
             apply(&mut r, op);
         }
         prop_assert_eq!(check(&mut r), Ok(()));
+    }
+
+    #[test]
+    fn fast_reg_fields_round_trip(
+        length in 0u64..(2 << 40),
+        page_shift in 0u8..64,
+        access in 0u32..16,
+        npages in 0u32..4096,
+    ) {
+        let f = FastRegFields { length, page_shift, access, npages };
+        prop_assert_eq!(fast_reg_fields(fast_reg_qw2(f)), f);
     }
 
     #[test]

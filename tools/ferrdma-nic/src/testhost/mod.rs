@@ -10,6 +10,7 @@ mod admin_tests;
 mod datapath_tests;
 mod error_tests;
 mod event_tests;
+mod fastreg_tests;
 mod fuzz;
 mod local_dma_tests;
 mod more_tests;
@@ -141,6 +142,8 @@ pub struct Wr {
     pub inline: Option<Vec<u8>>,
     pub sges: Vec<Sg>,
     pub hdr_low: u32,
+    /// qw0 of one-quantum WQEs (FAST_REG: the iova).
+    pub qw0: u64,
     pub qw1: u64,
     pub qw2: u64,
 }
@@ -834,7 +837,7 @@ impl Host {
         let (quanta, addfrag) = if let Some(d) = &wr.inline {
             let l = d.len() as u32;
             (if l <= 8 { 1 } else { 1 + (l - 8).div_ceil(31) }, 0)
-        } else if matches!(wr.opcode, sq_op::NOP | sq_op::LOCAL_INV) {
+        } else if matches!(wr.opcode, sq_op::NOP | sq_op::LOCAL_INV | sq_op::FAST_REG) {
             (1, 0)
         } else {
             let mut add = frag_cnt.max(1) - 1;
@@ -872,7 +875,8 @@ impl Host {
             for q in 1..quanta as usize {
                 bytes[32 * q + 31] = u8::from(pol) << 7;
             }
-        } else if matches!(wr.opcode, sq_op::NOP | sq_op::LOCAL_INV) {
+        } else if matches!(wr.opcode, sq_op::NOP | sq_op::LOCAL_INV | sq_op::FAST_REG) {
+            put(0, wr.qw0);
             put(8, wr.qw1);
         } else {
             let mut slots: Vec<[u64; 2]> = Vec::new();

@@ -843,6 +843,111 @@ fn send_with_invalidate_over_the_wire() {
 }
 
 #[test]
+fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
+    let mut net = Net::new(1 << 20, Path::default());
+    // B: a privileged (kernel) QP registers 3 pages of its dst buffer, in reverse order, at a
+    // made-up iova, under a fast-registration MR (index 7, PD 1).
+    let mut kqp = net
+        .b
+        .h
+        .create_qp_flags(QP_FLAG_PRIVILEGED, 4, QP_TYPE_RC, 1, 1, 2, 64, 16, 0);
+    net.b.connect_qp(4, 4, 1, Path::default(), 0, 0);
+    let alloc = AllocMr {
+        hdr: Host::hdr(admin_op::ALLOC_MR),
+        stag: 0x701,
+        pd: 1,
+        max_pages: 4,
+        ..Default::default()
+    };
+    assert_eq!(net.b.h.admin(alloc.encode()), admin_status::OK);
+    let d = net.b.dst.gpa;
+    let pages = [d + 0x2000, d + 0x1000, d];
+    let list = net.b.h.alloc(24, 8);
+    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+    net.b.h.write(list, &raw);
+    let iova = 0x5555_0000_0400;
+    let stag = 0x7ab;
+    let fr = Wr {
+        opcode: sq_op::FAST_REG,
+        signaled: true,
+        hdr_low: stag,
+        qw0: iova,
+        qw1: list,
+        qw2: fast_reg_qw2(FastRegFields {
+            length: 0x2800,
+            page_shift: 12,
+            access: ACC,
+            npages: 3,
+        }),
+        ..Default::default()
+    };
+    net.b.h.send(&mut kqp, &fr);
+    let c = net.b.h.poll_cq(&mut net.b.scq);
+    assert_eq!(
+        (c.len(), c[0].op(), c[0].error()),
+        (1, sq_op::FAST_REG, None)
+    );
+    // A writes 0x2000 bytes at iova + 0x200 over the wire: they land across the 3 pages.
+    let data = pattern(0x2000, 3);
+    net.a.h.write(net.a.src.gpa, &data);
+    net.b.h.write(d, &[0u8; 0x3000]);
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 0x2000)],
+        hdr_low: stag,
+        qw2: iova + 0x200,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), None);
+    // iova offset 0x400 + 0x200 = 0x600 into page 0 (d + 0x2000), and so on.
+    let mut got = net.b.h.read(d + 0x2600, 0xa00);
+    got.extend(net.b.h.read(d + 0x1000, 0x1000));
+    got.extend(net.b.h.read(d, 0x600));
+    assert!(got == data, "data through the fast-registered rkey differs");
+    // SEND with invalidate of the rkey, then a READ through it is refused.
+    let sg = net.b.dst.sg(0x10000, 64);
+    net.b.h.post_recv(&mut net.b.qp, &[sg]);
+    let inv = Wr {
+        opcode: sq_op::SEND_INV,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        hdr_low: stag,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &inv);
+    let (mut sc, mut rc) = (Vec::new(), Vec::new());
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+        !sc.is_empty() && !rc.is_empty()
+    }));
+    assert_eq!((sc[0].error(), rc[0].error()), (None, None));
+    assert_eq!(rc[0].qw[2] as u32, stag, "invalidated STag reported");
+    let rd = Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![net.a.dst.sg(0, 8)],
+        hdr_low: stag,
+        qw2: iova,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &rd);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+}
+
+#[test]
 fn ud_over_the_wire_delivers_the_ipv4_header_in_the_grh_slot() {
     let mut net = Net::new(1 << 20, Path::default());
     let ah = CreateAh {

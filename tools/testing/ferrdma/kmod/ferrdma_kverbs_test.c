@@ -54,6 +54,7 @@ MODULE_PARM_DESC(timeout_ms, "how long to wait for a completion (default 10000)"
 #define KV_BAD_LKEY	0x12345600
 #define KV_SKIP		1
 #define KV_RAW_CQE	1024
+#define KV_FR_PAGES	64		/* pages of the fast-registration MR */
 
 struct kv_cq {
 	struct ib_cq *cq;
@@ -90,6 +91,9 @@ struct kv {
 	bool global_rkey;	/* pd->unsafe_global_rkey is usable */
 	int pd_rkey_err;
 	u32 lkey;
+	/* A fast-registration MR (IB_DEVICE_MEM_MGT_EXTENSIONS), valid after an IB_WR_REG_MR. */
+	struct ib_mr *fr;
+	bool fr_valid;
 
 	/* Two kmalloc buffers mapped with ib_dma_map_single. */
 	u8 *src, *dst;
@@ -681,26 +685,105 @@ static int check_send_with_imm(struct kv *t)
 	return kv_send_recv(t, &t->qa, &t->qb, &s, 1, &r, 1, true, 6);
 }
 
-static int kv_need_rkey(struct kv *t)
+/* Posts @wr signaled on @q and waits for its successful completion of @opcode. */
+static int kv_post_wait(struct kv_qp *q, struct ib_send_wr *wr, enum ib_wc_opcode opcode,
+			const char *what)
 {
-	if (!t->global_rkey)
+	const struct ib_send_wr *bad = NULL;
+	struct ib_wc wc;
+	u32 tag;
+	int r;
+
+	wr->wr_cqe = kv_newtag(&tag);
+	wr->send_flags |= IB_SEND_SIGNALED;
+	r = ib_post_send(q->qp, wr, &bad);
+	if (r)
+		return FAIL("%s: ib_post_send: %d", what, r);
+	return kv_expect(q->cq, &wc, opcode, tag, q->qp, -1, what);
+}
+
+/* IB_WR_LOCAL_INV of the fast-registration MR's key, on @q. */
+static int kv_local_inv(struct kv *t, struct kv_qp *q)
+{
+	struct ib_send_wr wr = { .opcode = IB_WR_LOCAL_INV, .ex.invalidate_rkey = t->fr->rkey };
+	int r = kv_post_wait(q, &wr, IB_WC_LOCAL_INV, "local invalidate");
+
+	if (!r)
+		t->fr_valid = false;
+	return r;
+}
+
+/*
+ * Registers @len bytes at DMA address @dma in the fast-registration MR with @access, the way
+ * a ULP does: LOCAL_INV of the previous registration, ib_map_mr_sg, a new key byte with
+ * ib_update_fast_reg_key, IB_WR_REG_MR posted on @q (a QP of the MR's PD). The rkey is then
+ * t->fr->rkey and the remote address of the first byte t->fr->iova (= @dma).
+ */
+static int kv_fastreg(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int access)
+{
+	struct ib_reg_wr wr = {};
+	struct scatterlist sg;
+	int n, r;
+
+	if (t->fr_valid) {
+		r = kv_local_inv(t, q);
+		if (r)
+			return r;
+	}
+	sg_init_table(&sg, 1);
+	sg.length = len;
+	sg_dma_address(&sg) = dma;
+	sg_dma_len(&sg) = len;
+	n = ib_map_mr_sg(t->fr, &sg, 1, NULL, PAGE_SIZE);
+	if (n != 1)
+		return FAIL("ib_map_mr_sg of %u bytes: %d", len, n);
+	if (t->fr->iova != dma || t->fr->length != len)
+		return FAIL("ib_map_mr_sg: iova 0x%llx length %llu, expected 0x%llx %u",
+			    t->fr->iova, t->fr->length, dma, len);
+	ib_update_fast_reg_key(t->fr, ib_inc_rkey(t->fr->rkey));
+	wr.wr.opcode = IB_WR_REG_MR;
+	wr.mr = t->fr;
+	wr.key = t->fr->rkey;
+	wr.access = access;
+	r = kv_post_wait(q, &wr.wr, IB_WC_REG_MR, "fast registration (IB_WR_REG_MR)");
+	if (!r)
+		t->fr_valid = true;
+	return r;
+}
+
+/*
+ * A remote key for @len bytes at DMA address @dma, owned by @q's side: the PD's unsafe global
+ * rkey if the device gives one, else a fast registration; SKIP when there is neither.
+ */
+static int kv_need_rkey(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int access, u32 *rkey)
+{
+	int r;
+
+	if (t->global_rkey) {
+		*rkey = t->pd->unsafe_global_rkey;
+		return 0;
+	}
+	if (!t->fr)
 		return SKIP("no remote key for kernel memory: ib_alloc_pd(IB_PD_UNSAFE_GLOBAL_RKEY) = %d and the device has no fast registration",
 			    t->pd_rkey_err);
-	return 0;
+	r = kv_fastreg(t, q, dma, len, access);
+	*rkey = t->fr->rkey;
+	return r;
 }
 
 static int check_rdma_write(struct kv *t)
 {
 	struct ib_sge s[2] = { kv_sge(t, true, 100, 5000), kv_sge(t, true, 20000, 3192) };
 	struct ib_wc wc;
-	u32 tag;
-	int r = kv_need_rkey(t);
+	u32 tag, rkey;
+	int r = kv_need_rkey(t, &t->qb, t->dst_dma + 1000, 8192,
+			     IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE, &rkey);
 
 	if (r)
 		return r;
 	kv_prep(t, 7);
 	r = kv_post_send(t->qa.qp, IB_WR_RDMA_WRITE, s, 2, IB_SEND_SIGNALED, 0, t->dst_dma + 1000,
-			 t->pd->unsafe_global_rkey, &tag);
+			 rkey, &tag);
 	if (r)
 		return FAIL("ib_post_send: %d", r);
 	r = kv_expect(t->qa.cq, &wc, IB_WC_RDMA_WRITE, tag, t->qa.qp, -1, "write completion");
@@ -725,8 +808,9 @@ static int check_rdma_write_with_imm(struct kv *t)
 	struct ib_sge s = kv_sge(t, true, 0, 12288), rs = kv_sge(t, false, 100000, 16);
 	__be32 imm = cpu_to_be32(0xfeedf00d);
 	struct ib_wc wc;
-	u32 st, rt;
-	int r = kv_need_rkey(t);
+	u32 st, rt, rkey;
+	int r = kv_need_rkey(t, &t->qb, t->dst_dma + 4096, 12288,
+			     IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE, &rkey);
 
 	if (r)
 		return r;
@@ -735,7 +819,7 @@ static int check_rdma_write_with_imm(struct kv *t)
 	if (r)
 		return FAIL("ib_post_recv: %d", r);
 	r = kv_post_send(t->qa.qp, IB_WR_RDMA_WRITE_WITH_IMM, &s, 1, IB_SEND_SIGNALED, imm,
-			 t->dst_dma + 4096, t->pd->unsafe_global_rkey, &st);
+			 t->dst_dma + 4096, rkey, &st);
 	if (r)
 		return FAIL("ib_post_send: %d", r);
 	r = kv_expect(t->qa.cq, &wc, IB_WC_RDMA_WRITE, st, t->qa.qp, -1, "write completion");
@@ -759,15 +843,15 @@ static int check_rdma_read(struct kv *t)
 {
 	struct ib_sge s[2] = { kv_sge(t, false, 7, 10000), kv_sge(t, false, 20000, 6384) };
 	struct ib_wc wc;
-	u32 tag;
-	int r = kv_need_rkey(t);
+	u32 tag, rkey;
+	int r = kv_need_rkey(t, &t->qa, t->src_dma + 333, 16384, IB_ACCESS_REMOTE_READ, &rkey);
 
 	if (r)
 		return r;
 	kv_prep(t, 9);
 	/* qb reads 16 KiB of src (the "remote" buffer) into two pieces of dst. */
 	r = kv_post_send(t->qb.qp, IB_WR_RDMA_READ, s, 2, IB_SEND_SIGNALED, 0, t->src_dma + 333,
-			 t->pd->unsafe_global_rkey, &tag);
+			 rkey, &tag);
 	if (r)
 		return FAIL("ib_post_send: %d", r);
 	r = kv_expect(t->qb.cq, &wc, IB_WC_RDMA_READ, tag, t->qb.qp, -1, "read completion");
@@ -1367,6 +1451,287 @@ static int check_zero_len_read(struct kv *t)
 	return kv_expect(t->qa.cq, &wc, IB_WC_RDMA_READ, st, t->qa.qp, -1, "read completion");
 }
 
+/* A fresh RC pair on its own CQ (checks that leave their QPs in error use one). */
+static int kv_pair(struct kv *t, struct kv_cq *cq, struct kv_qp *a, struct kv_qp *b)
+{
+	int r = kv_qp_create(t, a, IB_QPT_RC, cq, 16, 16, 2, 0);
+
+	if (!r)
+		r = kv_qp_create(t, b, IB_QPT_RC, cq, 16, 16, 2, 0);
+	if (r)
+		return FAIL("ib_create_qp: %d", r);
+	r = kv_rc_connect(t, a->qp, b->qp->qp_num, 0x500, 0x600);
+	if (!r)
+		r = kv_rc_connect(t, b->qp, a->qp->qp_num, 0x600, 0x500);
+	return r;
+}
+
+/* An RDMA WRITE of @len bytes with @rkey that must fail with IB_WC_REM_ACCESS_ERR. */
+static int kv_write_refused(struct kv *t, struct kv_qp *a, u32 rkey, u64 raddr, const char *what)
+{
+	struct ib_sge s = kv_sge(t, true, 0, 256);
+	struct ib_wc wc;
+	u32 tag;
+	int r;
+
+	kv_prep(t, 31);
+	r = kv_post_send(a->qp, IB_WR_RDMA_WRITE, &s, 1, IB_SEND_SIGNALED, 0, raddr, rkey, &tag);
+	if (r)
+		return FAIL("%s: ib_post_send: %d", what, r);
+	r = kv_wait(a->cq, &wc);
+	if (r)
+		return FAIL("%s: no completion (%d)", what, r);
+	if (wc.status != IB_WC_REM_ACCESS_ERR || kv_wc_tag(&wc) != tag)
+		return FAIL("%s: status %s (%d) tag %u/%u, expected IB_WC_REM_ACCESS_ERR", what,
+			    ib_wc_status_msg(wc.status), wc.status, kv_wc_tag(&wc), tag);
+	kv_to_cpu(t);
+	return kv_untouched(t, raddr - t->dst_dma, 256, what);
+}
+
+/*
+ * Fast registration end to end, on QP pairs of its own: IB_WR_REG_MR over 20000 bytes of dst,
+ * RDMA WRITE and READ through the rkey with the data checked; IB_WR_LOCAL_INV, after which a
+ * WRITE with the stale rkey fails with IB_WC_REM_ACCESS_ERR (the pair is then in error); on a
+ * new pair a registration under the next key (ib_update_fast_reg_key) works again, and a
+ * SEND_WITH_INV invalidates it at the responder (IB_WC_WITH_INVALIDATE), so a WRITE through
+ * it fails once more.
+ */
+static int check_fastreg(struct kv *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+	struct kv_qp a = {}, b = {};
+	struct ib_sge s, rs;
+	struct kv_cq *cq;
+	struct ib_wc wc;
+	u32 tag, rt, rkey, old;
+	u64 base = t->dst_dma + 2000;
+	int r = 0;
+
+	if (!t->fr)
+		return SKIP("the device has no IB_DEVICE_MEM_MGT_EXTENSIONS");
+	cq = kv_cq_alloc(t, "fastreg", 64, IB_POLL_DIRECT, false, &r);
+	if (!cq)
+		return FAIL("ib_alloc_cq: %d", r);
+	r = kv_pair(t, cq, &a, &b);
+	if (r)
+		goto out;
+	/* b owns the memory: it registers, a writes and reads. */
+	r = kv_fastreg(t, &b, base, 20000, acc);
+	if (r)
+		goto out;
+	rkey = t->fr->rkey;
+	kv_prep(t, 21);
+	s = kv_sge(t, true, 100, 20000);
+	r = kv_post_send(a.qp, IB_WR_RDMA_WRITE, &s, 1, IB_SEND_SIGNALED, 0, base, rkey, &tag);
+	if (r) {
+		r = FAIL("RDMA WRITE: ib_post_send: %d", r);
+		goto out;
+	}
+	r = kv_expect(cq, &wc, IB_WC_RDMA_WRITE, tag, a.qp, -1, "RDMA WRITE through the rkey");
+	if (r)
+		goto out;
+	kv_to_cpu(t);
+	r = kv_cmp(t, 2000, 100, 20000, "data written through the fast-registered rkey");
+	if (!r)
+		r = kv_untouched(t, 22000, 64, "after the registered range");
+	if (r)
+		goto out;
+	/* Read 5000 bytes from the middle of the region back into dst at 60000. */
+	rs = kv_sge(t, false, 60000, 5000);
+	r = kv_post_send(a.qp, IB_WR_RDMA_READ, &rs, 1, IB_SEND_SIGNALED, 0, base + 7000, rkey,
+			 &tag);
+	if (r) {
+		r = FAIL("RDMA READ: ib_post_send: %d", r);
+		goto out;
+	}
+	r = kv_expect(cq, &wc, IB_WC_RDMA_READ, tag, a.qp, -1, "RDMA READ through the rkey");
+	if (r)
+		goto out;
+	kv_to_cpu(t);
+	r = kv_cmp(t, 60000, 7100, 5000, "data read through the fast-registered rkey");
+	if (r)
+		goto out;
+	/* Invalidate; the stale rkey must be refused by the responder. */
+	r = kv_local_inv(t, &b);
+	if (!r)
+		r = kv_write_refused(t, &a, rkey, base, "RDMA WRITE with the invalidated rkey");
+	if (r)
+		goto out;
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	while (!kv_wait_ms(cq, &wc, KV_QUIET_MS))
+		;
+	/* A new pair; a registration under the next key. */
+	r = kv_pair(t, cq, &a, &b);
+	if (r)
+		goto out;
+	old = rkey;
+	r = kv_fastreg(t, &b, base, 4096, acc);
+	if (r)
+		goto out;
+	rkey = t->fr->rkey;
+	if (rkey == old || (rkey & ~0xffu) != (old & ~0xffu)) {
+		r = FAIL("ib_update_fast_reg_key: rkey 0x%x after 0x%x", rkey, old);
+		goto out;
+	}
+	kv_prep(t, 22);
+	s = kv_sge(t, true, 300, 4096);
+	r = kv_post_send(a.qp, IB_WR_RDMA_WRITE, &s, 1, IB_SEND_SIGNALED, 0, base, rkey, &tag);
+	if (r) {
+		r = FAIL("RDMA WRITE: ib_post_send: %d", r);
+		goto out;
+	}
+	r = kv_expect(cq, &wc, IB_WC_RDMA_WRITE, tag, a.qp, -1, "RDMA WRITE with the new key");
+	if (r)
+		goto out;
+	kv_to_cpu(t);
+	r = kv_cmp(t, 2000, 300, 4096, "data written with the new key");
+	if (r)
+		goto out;
+	/* SEND_WITH_INV of the rkey: the responder's MR becomes invalid. */
+	rs = kv_sge(t, false, 100000, 64);
+	r = kv_post_recv(b.qp, &rs, 1, &rt);
+	if (r) {
+		r = FAIL("ib_post_recv: %d", r);
+		goto out;
+	}
+	{
+		struct ib_sge ss = kv_sge(t, true, 0, 32);
+		struct ib_send_wr wr = {
+			.opcode = IB_WR_SEND_WITH_INV,
+			.sg_list = &ss,
+			.num_sge = 1,
+			.send_flags = IB_SEND_SIGNALED,
+			.ex.invalidate_rkey = rkey,
+		};
+		const struct ib_send_wr *bad = NULL;
+
+		wr.wr_cqe = kv_newtag(&tag);
+		r = ib_post_send(a.qp, &wr, &bad);
+		if (r) {
+			r = FAIL("SEND_WITH_INV: ib_post_send: %d", r);
+			goto out;
+		}
+	}
+	/* One CQ for both: the send and the receive complete in either order. */
+	{
+		bool sent = false, got = false;
+
+		while (!r && !(sent && got)) {
+			r = kv_wait(cq, &wc);
+			if (r) {
+				r = FAIL("SEND_WITH_INV: missing completions (send %d, receive %d)",
+					 sent, got);
+				break;
+			}
+			if (kv_wc_tag(&wc) == tag) {
+				r = kv_check_wc(&wc, IB_WC_SEND, tag, a.qp, -1, "SEND_WITH_INV");
+				sent = true;
+			} else {
+				r = kv_check_wc(&wc, IB_WC_RECV, rt, b.qp, 32,
+						"receive of a SEND_WITH_INV");
+				if (!r && (!(wc.wc_flags & IB_WC_WITH_INVALIDATE) ||
+					   wc.ex.invalidate_rkey != rkey))
+					r = FAIL("receive of a SEND_WITH_INV: wc_flags 0x%x invalidate_rkey 0x%x, expected IB_WC_WITH_INVALIDATE and 0x%x",
+						 wc.wc_flags, wc.ex.invalidate_rkey, rkey);
+				got = true;
+			}
+		}
+		if (r)
+			goto out;
+	}
+	t->fr_valid = false;
+	r = kv_write_refused(t, &a, rkey, base, "RDMA WRITE with the rkey a SEND_WITH_INV invalidated");
+out:
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	kv_cq_free(cq);
+	return r;
+}
+
+/*
+ * IB_WR_REG_MR of an MR that is already valid fails and leaves the registration as it was:
+ * ferrdma reports IB_WC_MW_BIND_ERR (rxe: IB_WC_LOC_QP_OP_ERR, or the WR flushed, as its
+ * requester does); the old key still works for LOCAL_INV afterwards (on a new pair, the
+ * first is in error).
+ */
+static int check_fastreg_valid_mr(struct kv *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
+	struct kv_qp a = {}, b = {};
+	struct ib_reg_wr wr = {};
+	const struct ib_send_wr *bad = NULL;
+	struct scatterlist sg;
+	struct kv_cq *cq;
+	struct ib_wc wc;
+	u32 tag, first;
+	int r = 0, n;
+
+	if (!t->fr)
+		return SKIP("the device has no IB_DEVICE_MEM_MGT_EXTENSIONS");
+	cq = kv_cq_alloc(t, "fastreg2", 64, IB_POLL_DIRECT, false, &r);
+	if (!cq)
+		return FAIL("ib_alloc_cq: %d", r);
+	r = kv_pair(t, cq, &a, &b);
+	if (!r)
+		r = kv_fastreg(t, &b, t->dst_dma, 8192, acc);
+	if (r)
+		goto out;
+	first = t->fr->rkey;
+	sg_init_table(&sg, 1);
+	sg.length = 4096;
+	sg_dma_address(&sg) = t->dst_dma + 65536;
+	sg_dma_len(&sg) = 4096;
+	n = ib_map_mr_sg(t->fr, &sg, 1, NULL, PAGE_SIZE);
+	if (n != 1) {
+		r = FAIL("ib_map_mr_sg: %d", n);
+		goto out;
+	}
+	ib_update_fast_reg_key(t->fr, ib_inc_rkey(t->fr->rkey));
+	wr.wr.opcode = IB_WR_REG_MR;
+	wr.wr.send_flags = IB_SEND_SIGNALED;
+	wr.wr.wr_cqe = kv_newtag(&tag);
+	wr.mr = t->fr;
+	wr.key = t->fr->rkey;
+	wr.access = acc;
+	r = ib_post_send(b.qp, &wr.wr, &bad);
+	if (r) {
+		r = FAIL("ib_post_send: %d", r);
+		goto out;
+	}
+	r = kv_wait(cq, &wc);
+	if (r) {
+		r = FAIL("no completion for the second IB_WR_REG_MR (%d)", r);
+		goto out;
+	}
+	if (kv_wc_tag(&wc) != tag) {
+		r = FAIL("completion of tag %u, expected %u", kv_wc_tag(&wc), tag);
+		goto out;
+	}
+	if (kv_is_rxe && (wc.status == IB_WC_LOC_QP_OP_ERR || wc.status == IB_WC_WR_FLUSH_ERR)) {
+		pr_info(KV "# REG_MR of a valid MR: rxe reports %s, accepted for rxe only\n",
+			ib_wc_status_msg(wc.status));
+	} else if (wc.status != IB_WC_MW_BIND_ERR) {
+		r = FAIL("REG_MR of a valid MR: status %s (%d), vendor_err 0x%x; expected IB_WC_MW_BIND_ERR",
+			 ib_wc_status_msg(wc.status), wc.status, wc.vendor_err);
+		goto out;
+	}
+	/* Back to the key the device holds; it invalidates on a fresh pair. */
+	ib_update_fast_reg_key(t->fr, first & 0xff);
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	while (!kv_wait_ms(cq, &wc, KV_QUIET_MS))
+		;
+	r = kv_pair(t, cq, &a, &b);
+	if (!r)
+		r = kv_local_inv(t, &b);
+out:
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	kv_cq_free(cq);
+	return r;
+}
+
 /* Receives outstanding on both QPs of the main pair, then ib_drain_qp on each. */
 static int check_drain(struct kv *t)
 {
@@ -1460,6 +1825,17 @@ static int setup_pd_buffers(struct kv *t)
 	t->lkey = t->pd->local_dma_lkey;
 	pr_info(KV "# pd local_dma_lkey 0x%x, %s\n", t->lkey,
 		t->global_rkey ? "unsafe global rkey available" : "no global rkey");
+	if (t->ib->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS) {
+		t->fr = ib_alloc_mr(t->pd, IB_MR_TYPE_MEM_REG, KV_FR_PAGES);
+		if (IS_ERR(t->fr)) {
+			int r = PTR_ERR(t->fr);
+
+			t->fr = NULL;
+			return FAIL("ib_alloc_mr(IB_MR_TYPE_MEM_REG, %d): %d", KV_FR_PAGES, r);
+		}
+		pr_info(KV "# fast registration: max_fast_reg_page_list_len %u, MR rkey 0x%x\n",
+			t->ib->attrs.max_fast_reg_page_list_len, t->fr->rkey);
+	}
 	t->src = kmalloc(KV_BUF, GFP_KERNEL);
 	t->dst = kmalloc(KV_BUF, GFP_KERNEL);
 	if (!t->src || !t->dst)
@@ -1570,6 +1946,8 @@ static void kv_teardown(struct kv *t)
 	kv_qp_destroy(&t->ub);
 	if (t->ah)
 		rdma_destroy_ah(t->ah, RDMA_DESTROY_AH_SLEEPABLE);
+	if (t->fr)
+		ib_dereg_mr(t->fr);
 	kv_cq_free(t->cq_direct);
 	kv_cq_free(t->cq_soft);
 	kv_cq_free(t->cq_raw);
@@ -1625,6 +2003,8 @@ static const struct kv_check kv_checks[] = {
 	{ "ud_ah_in_atomic_context_grh_ipv4", check_ud },
 	{ "zero_length_write_with_imm_rkey0", check_zero_len_write_imm },
 	{ "zero_length_read_rkey0", check_zero_len_read },
+	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },
+	{ "fast_reg_of_a_valid_mr_fails", check_fastreg_valid_mr },
 	{ "drain_live_qps", check_drain },
 };
 

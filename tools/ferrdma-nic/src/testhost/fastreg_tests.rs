@@ -1,0 +1,496 @@
+//! Fast registration (manual, "Fast registration"): ALLOC_MR makes an invalid MR table entry,
+//! a privileged QP's FAST_REG WQE installs a translation under a new key, LOCAL_INV and SEND
+//! with invalidate make it invalid again.
+
+use super::*;
+
+/// Index 5 of the MR table, in PD 1 (the rig's PD).
+const FR_INDEX: u32 = 5;
+const ALL: u32 = MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
+
+fn alloc_mr(h: &mut Host, stag: u32, pd: u32, max_pages: u32) -> AdminCompletion {
+    h.admin_raw(
+        AllocMr {
+            hdr: Host::hdr(admin_op::ALLOC_MR),
+            stag,
+            pd,
+            max_pages,
+            ..Default::default()
+        }
+        .encode(),
+    )
+}
+
+/// Memory a kernel ULP maps into a fast-registration MR: scattered 4 KiB pages, the page
+/// list in guest memory, the iova the first byte's bus address (as `ib_sg_to_pages` sets it).
+struct Region {
+    pages: Vec<u64>,
+    list: u64,
+    iova: u64,
+    len: u64,
+}
+
+fn region(h: &mut Host, n: u32) -> Region {
+    let pages = h.scattered_pages(n);
+    let list = h.alloc(8 * u64::from(n), 8);
+    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
+    h.write(list, &raw);
+    Region {
+        iova: pages[0] + 0x100,
+        len: u64::from(n) * 4096 - 0x300,
+        pages,
+        list,
+    }
+}
+
+impl Region {
+    fn gpa(&self, off: u64) -> u64 {
+        let o = 0x100 + off;
+        self.pages[(o / 4096) as usize] + o % 4096
+    }
+    fn read(&self, h: &Host, off: u64, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| h.read(self.gpa(off + i as u64), 1)[0])
+            .collect()
+    }
+    fn write(&self, h: &Host, off: u64, data: &[u8]) {
+        for (i, b) in data.iter().enumerate() {
+            h.write(self.gpa(off + i as u64), &[*b]);
+        }
+    }
+}
+
+fn fast_reg(stag: u32, r: &Region, access: u32, npages: u32) -> Wr {
+    Wr {
+        opcode: sq_op::FAST_REG,
+        signaled: true,
+        hdr_low: stag,
+        qw0: r.iova,
+        qw1: r.list,
+        qw2: fast_reg_qw2(FastRegFields {
+            length: r.len,
+            page_shift: 12,
+            access,
+            npages,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A privileged rig with a fast-registration MR (index 5, key 0x01, max 8 pages) in PD 1
+/// and a 3-page region to map into it.
+fn rig() -> (Rig, Region) {
+    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
+    let c = alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 8);
+    assert_eq!(c.status, admin_status::OK);
+    let reg = region(&mut r.h, 3);
+    (r, reg)
+}
+
+/// Posts `wr` on QP B and returns B's first completion.
+fn on_b(r: &mut Rig, wr: &Wr) -> Cqe {
+    r.h.send(&mut r.b, wr);
+    let c = r.h.poll_cq(&mut r.cq_b);
+    assert_eq!(c.len(), 1, "{c:?}");
+    c[0]
+}
+
+fn write_wr(rkey: u32, va: u64, src: Sg) -> Wr {
+    Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![src],
+        hdr_low: rkey,
+        qw2: va,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn fast_reg_then_write_and_read_through_the_new_rkey() {
+    let (mut r, reg) = rig();
+    let stag = (FR_INDEX << 8) | 0x02;
+    // Before FAST_REG the MR is invalid: a WRITE through it is refused at the responder.
+    let w = write_wr(stag, reg.iova, r.buf_a.sg(0, 16));
+    r.h.send(&mut r.a, &w);
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    // A fresh rig for the happy path (the failed WRITE put A in ERR).
+    let (mut r, reg) = rig();
+    let c = on_b(&mut r, &fast_reg(stag, &reg, ALL, 3));
+    assert_eq!(
+        (c.op(), c.error(), c.is_sq()),
+        (sq_op::FAST_REG, None, true)
+    );
+    let data = pattern(0x2000, 7);
+    r.h.buf_write(&r.buf_a, 0, &data);
+    r.h.send(
+        &mut r.a,
+        &write_wr(stag, reg.iova + 0x80, r.buf_a.sg(0, 0x2000)),
+    );
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!((c[0].op(), c[0].error()), (sq_op::RDMA_WRITE, None));
+    assert_eq!(reg.read(&r.h, 0x80, 0x2000), data);
+    // READ of the region's tail (spans the last two pages) back into A.
+    let tail = pattern(0x1800, 9);
+    reg.write(&r.h, reg.len - 0x1800, &tail);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0x4000, 0x1800)],
+            hdr_low: stag,
+            qw2: reg.iova + reg.len - 0x1800,
+            ..Default::default()
+        },
+    );
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(
+        (c[0].op(), c[0].error(), c[0].len()),
+        (sq_op::RDMA_READ, None, 0x1800)
+    );
+    assert_eq!(r.h.buf_read(&r.buf_a, 0x4000, 0x1800), tail);
+    // One byte past the registered length is refused.
+    r.h.send(
+        &mut r.a,
+        &write_wr(stag, reg.iova + reg.len, r.buf_a.sg(0, 1)),
+    );
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert!(r.h.guards_intact());
+}
+
+#[test]
+fn local_inv_then_reregister_with_a_new_key_refuses_the_old_one() {
+    let (mut r, reg) = rig();
+    let old = (FR_INDEX << 8) | 0x02;
+    let new = (FR_INDEX << 8) | 0x03;
+    assert_eq!(on_b(&mut r, &fast_reg(old, &reg, ALL, 3)).error(), None);
+    let inv = |stag: u32| Wr {
+        opcode: sq_op::LOCAL_INV,
+        signaled: true,
+        qw1: u64::from(stag),
+        ..Default::default()
+    };
+    assert_eq!(on_b(&mut r, &inv(old)).error(), None);
+    // Invalid now: the old key no longer works.
+    r.h.send(&mut r.a, &write_wr(old, reg.iova, r.buf_a.sg(0, 8)));
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+
+    let (mut r, reg) = rig();
+    assert_eq!(on_b(&mut r, &fast_reg(old, &reg, ALL, 3)).error(), None);
+    assert_eq!(on_b(&mut r, &inv(old)).error(), None);
+    // Re-register under the next key, with a smaller region and read-only rights.
+    let small = Region {
+        len: 0x800,
+        pages: reg.pages.clone(),
+        ..reg
+    };
+    let c = on_b(&mut r, &fast_reg(new, &small, MR_ACCESS_REMOTE_READ, 1));
+    assert_eq!(c.error(), None);
+    let q = r.h.query_qp(3);
+    assert_eq!(q.attrs.state, qp_state::RTS);
+    // The new key reads; writing is not granted any more.
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 0x10)],
+            hdr_low: new,
+            qw2: small.iova,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), None);
+    // The old key is refused.
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_READ,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 0x10)],
+            hdr_low: old,
+            qw2: small.iova,
+            ..Default::default()
+        },
+    );
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+}
+
+#[test]
+fn write_with_the_new_key_lacking_rights_is_refused() {
+    let (mut r, reg) = rig();
+    let stag = (FR_INDEX << 8) | 0x09;
+    assert_eq!(
+        on_b(&mut r, &fast_reg(stag, &reg, MR_ACCESS_REMOTE_READ, 3)).error(),
+        None
+    );
+    r.h.send(&mut r.a, &write_wr(stag, reg.iova, r.buf_a.sg(0, 8)));
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+}
+
+#[test]
+fn send_with_invalidate_invalidates_a_fast_reg_rkey_at_the_responder() {
+    let (mut r, reg) = rig();
+    let stag = (FR_INDEX << 8) | 0x44;
+    assert_eq!(on_b(&mut r, &fast_reg(stag, &reg, ALL, 3)).error(), None);
+    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND_INV,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 32)],
+            hdr_low: stag,
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), None);
+    let c = r.h.poll_cq(&mut r.cq_b);
+    assert_eq!(c[0].error(), None);
+    assert_eq!(c[0].qw[3] >> cqe::STAG_INV & 1, 1, "{c:?}");
+    assert_eq!(c[0].qw[2] as u32, stag);
+    r.h.send(&mut r.a, &write_wr(stag, reg.iova, r.buf_a.sg(0, 8)));
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    // And it can be registered again.
+    let (mut r2, reg2) = rig();
+    assert_eq!(on_b(&mut r2, &fast_reg(stag, &reg2, ALL, 3)).error(), None);
+}
+
+/// Posts `wr` on B and checks the error CQE, the QP in ERR and the async event.
+fn refused(r: &mut Rig, wr: &Wr, minor: u16) {
+    let c = on_b(r, wr);
+    assert_eq!(
+        (c.op(), c.error()),
+        (sq_op::FAST_REG, Some((cqe::MAJERR_FLUSH, minor))),
+        "{c:?}"
+    );
+    assert_eq!(r.h.query_qp(3).attrs.state, qp_state::ERR);
+    let ev = r.h.poll_eq(&mut r.aeq);
+    assert!(
+        ev.iter()
+            .any(|e| e.code == ae::QP_LOCAL_ACCESS && e.id == 3 && e.info == u32::from(minor)),
+        "{ev:?}"
+    );
+    assert!(r.h.guards_intact());
+}
+
+#[test]
+fn fast_reg_of_a_valid_mr_fails() {
+    let (mut r, reg) = rig();
+    let stag = (FR_INDEX << 8) | 0x02;
+    assert_eq!(on_b(&mut r, &fast_reg(stag, &reg, ALL, 3)).error(), None);
+    refused(
+        &mut r,
+        &fast_reg((FR_INDEX << 8) | 0x03, &reg, ALL, 3),
+        flush::MW_BIND,
+    );
+    // The MR keeps its registration under the first key.
+    let e = r.h.dev();
+    let mr = e.engine().mrs().slot(stag).unwrap();
+    assert_eq!((mr.key, mr.valid, mr.length), (0x02, true, reg.len));
+}
+
+#[test]
+fn fast_reg_of_an_mr_of_another_pd_fails() {
+    let (mut r, reg) = rig();
+    assert_eq!(
+        alloc_mr(&mut r.h, (6 << 8) | 1, 2, 8).status,
+        admin_status::OK
+    );
+    refused(
+        &mut r,
+        &fast_reg((6 << 8) | 2, &reg, ALL, 3),
+        flush::MW_BIND,
+    );
+}
+
+#[test]
+fn fast_reg_of_a_reg_mr_mr_or_a_missing_one_fails() {
+    let (mut r, reg) = rig();
+    // buf_b (index 2) was made by REG_MR.
+    refused(&mut r, &fast_reg(0x2ff, &reg, ALL, 3), flush::MW_BIND);
+    let (mut r, reg) = rig();
+    refused(&mut r, &fast_reg(0x9901, &reg, ALL, 3), flush::MW_BIND);
+    let (mut r, reg) = rig();
+    refused(&mut r, &fast_reg(u32::MAX, &reg, ALL, 3), flush::MW_BIND);
+}
+
+#[test]
+fn fast_reg_on_a_user_qp_is_refused() {
+    let mut r = Rig::rc();
+    assert_eq!(
+        alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 8).status,
+        admin_status::OK
+    );
+    let reg = region(&mut r.h, 3);
+    refused(
+        &mut r,
+        &fast_reg((FR_INDEX << 8) | 2, &reg, ALL, 3),
+        flush::PROT,
+    );
+}
+
+#[test]
+fn a_page_list_beyond_max_pages_is_refused() {
+    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
+    assert_eq!(
+        alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 2).status,
+        admin_status::OK
+    );
+    let reg = region(&mut r.h, 3);
+    refused(
+        &mut r,
+        &fast_reg((FR_INDEX << 8) | 2, &reg, ALL, 3),
+        flush::MW_BIND,
+    );
+}
+
+#[test]
+fn malformed_fast_reg_fields_are_refused() {
+    let stag = (FR_INDEX << 8) | 2;
+    type Spoil = Box<dyn Fn(&mut Wr, &Region)>;
+    let cases: Vec<(Spoil, u16)> = vec![
+        // Page count too small for the length.
+        (
+            Box::new(|w, r| {
+                w.qw2 = fast_reg_qw2(FastRegFields {
+                    length: r.len,
+                    page_shift: 12,
+                    access: ALL,
+                    npages: 2,
+                })
+            }),
+            flush::LOC_QP_OP,
+        ),
+        // Page shift 13.
+        (
+            Box::new(|w, r| {
+                w.qw2 = fast_reg_qw2(FastRegFields {
+                    length: r.len,
+                    page_shift: 13,
+                    access: ALL,
+                    npages: 3,
+                })
+            }),
+            flush::LOC_QP_OP,
+        ),
+        // Length 0.
+        (
+            Box::new(|w, _| {
+                w.qw2 = fast_reg_qw2(FastRegFields {
+                    length: 0,
+                    page_shift: 12,
+                    access: ALL,
+                    npages: 3,
+                })
+            }),
+            flush::LOC_QP_OP,
+        ),
+        // iova + length wraps.
+        (Box::new(|w, _| w.qw0 = u64::MAX - 0x10), flush::LOC_QP_OP),
+        // Misaligned page list address.
+        (Box::new(|w, r| w.qw1 = r.list + 4), flush::LOC_QP_OP),
+        // Page list outside guest memory.
+        (Box::new(|w, _| w.qw1 = RAM_BASE - 8), flush::PROT),
+        (Box::new(|w, _| w.qw1 = u64::MAX - 7), flush::PROT),
+    ];
+    for (f, minor) in cases {
+        let (mut r, reg) = rig();
+        let mut w = fast_reg(stag, &reg, ALL, 3);
+        f(&mut w, &reg);
+        refused(&mut r, &w, minor);
+    }
+    // A page address that is not page aligned.
+    let (mut r, reg) = rig();
+    r.h.write(reg.list + 8, &(reg.pages[1] + 0x10).to_le_bytes());
+    refused(&mut r, &fast_reg(stag, &reg, ALL, 3), flush::LOC_QP_OP);
+    // The MR stayed invalid after every refusal: a good FAST_REG on a fresh QP pair works.
+    let (mut r, reg) = rig();
+    assert_eq!(on_b(&mut r, &fast_reg(stag, &reg, ALL, 3)).error(), None);
+}
+
+#[test]
+fn alloc_mr_validates_and_dereg_ignores_the_key() {
+    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
+    let bad = |r: &mut Rig, stag, pd, max| {
+        let c = alloc_mr(&mut r.h, stag, pd, max);
+        (c.status, c.detail)
+    };
+    assert_eq!(bad(&mut r, 0x001, 1, 8), (admin_status::INVALID, 8));
+    assert_eq!(bad(&mut r, MAX_MR << 8, 1, 8), (admin_status::BAD_ID, 8));
+    assert_eq!(bad(&mut r, 0x111, 1, 8), (admin_status::EXISTS, 8));
+    assert_eq!(bad(&mut r, 0x501, MAX_PD, 8), (admin_status::INVALID, 12));
+    assert_eq!(bad(&mut r, 0x501, 1, 0), (admin_status::INVALID, 16));
+    assert_eq!(
+        bad(&mut r, 0x501, 1, MAX_FAST_REG_PAGES + 1),
+        (admin_status::INVALID, 16)
+    );
+    assert_eq!(
+        bad(&mut r, 0x501, 1, MAX_FAST_REG_PAGES),
+        (admin_status::OK, 0)
+    );
+    // Registered under key 0x07 by FAST_REG; DEREG with the allocation's key still works.
+    let reg = region(&mut r.h, 3);
+    assert_eq!(on_b(&mut r, &fast_reg(0x507, &reg, ALL, 3)).error(), None);
+    assert_eq!(
+        r.h.admin(Host::object(admin_op::DEREG_MR, 0x501)),
+        admin_status::OK
+    );
+    assert_eq!(
+        r.h.admin(Host::object(admin_op::DEREG_MR, 0x507)),
+        admin_status::NOT_FOUND
+    );
+    // Gone: the key is refused.
+    r.h.send(&mut r.a, &write_wr(0x507, reg.iova, r.buf_a.sg(0, 8)));
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    // The index is free again, and a REG_MR MR still needs its key to be deregistered.
+    assert_eq!(bad(&mut r, 0x502, 1, 1), (admin_status::OK, 0));
+    assert_eq!(
+        r.h.admin(Host::object(admin_op::DEREG_MR, 0x122)),
+        admin_status::NOT_FOUND
+    );
+}
+
+#[test]
+fn caps_report_the_fast_reg_page_limit() {
+    let mut h = Host::new();
+    let out = h.alloc(128, 8);
+    let st = h.admin(
+        QueryObject {
+            hdr: Host::hdr(admin_op::QUERY_CAPS),
+            out_len: 128,
+            out_addr: out,
+            ..Default::default()
+        }
+        .encode(),
+    );
+    assert_eq!(st, admin_status::OK);
+    let caps = Caps::decode(h.read(out, 128).as_slice().try_into().unwrap());
+    assert_eq!(caps.max_fast_reg_pages, MAX_FAST_REG_PAGES);
+}
+
+#[test]
+fn fast_reg_qw2_round_trips() {
+    let f = FastRegFields {
+        length: MAX_MR_SIZE,
+        page_shift: 30,
+        access: MR_ACCESS_ALL,
+        npages: MAX_FAST_REG_PAGES,
+    };
+    assert_eq!(fast_reg_fields(fast_reg_qw2(f)), f);
+    let q = fast_reg_qw2(FastRegFields {
+        length: 0x2d00,
+        page_shift: 12,
+        access: MR_ACCESS_REMOTE_WRITE,
+        npages: 3,
+    });
+    assert_eq!(q, 0x2d00 | 12 << 42 | 2 << 48 | 3 << 52);
+}
