@@ -55,7 +55,7 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 0)]
     fault_seed: u64,
 
-    /// Unix socket for controlling the fabric at run time (line protocol: link PORT up|down,
+    /// Unix socket for controlling the fabric at run time (line protocol: link PORT... up|down,
     /// fault PORT SPEC|off, stats, help; see fabric/control.rs).
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,

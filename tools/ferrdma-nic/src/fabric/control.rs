@@ -3,9 +3,9 @@
 //!
 //! Requests, one per line (at most [`MAX_LINE`] bytes, UTF-8, words separated by blanks):
 //!
-//! * `link PORT up|down`: the link of PORT; while it is down no frame is sent out of it or
-//!   taken in from it, as with a pulled cable (frames it held back for delay or reorder are
-//!   lost).
+//! * `link PORT... up|down`: the link of each PORT (up to 16, applied together); while it is
+//!   down no frame is sent out of it or taken in from it, as with a pulled cable (frames it
+//!   held back for delay or reorder are lost).
 //! * `fault PORT SPEC`: the fault injection of PORT from now on, SPEC as for `--fault`
 //!   (`drop=P,dup=P,reorder=P,delay=P,delay-ms=MS`); `fault PORT off` ends it.
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
@@ -33,6 +33,8 @@ use super::fault::FaultConfig;
 
 /// The longest request line accepted; a longer one is answered with an error and skipped.
 pub const MAX_LINE: usize = 1024;
+/// Ports one `link` request may name.
+pub const MAX_LINK_PORTS: usize = 16;
 /// Concurrent control connections; more are refused.
 pub const MAX_CLIENTS: usize = 8;
 /// How long a request waits for the switch thread.
@@ -56,10 +58,11 @@ impl std::fmt::Display for PortRef {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// One or more ports at once (a VM's whole cable: its `lan:` and its `nic:` port).
     Link {
-        port: PortRef,
+        ports: Vec<PortRef>,
         up: bool,
     },
     /// `None`: no faults.
@@ -84,7 +87,7 @@ pub enum ParseError {
 }
 
 pub const HELP: &[&str] = &[
-    "link PORT up|down",
+    "link PORT... up|down",
     "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS",
     "stats",
     "PORT: lan:N (the Nth --lan socket), nic:N (the Nth NIC's RoCE engine), N = lan:N",
@@ -116,18 +119,21 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
     };
     let cmd = match cmd {
         "link" => match words[1..] {
-            [port, state] => {
+            [ref ports @ .., state] if !ports.is_empty() && ports.len() <= MAX_LINK_PORTS => {
                 let up = match state {
                     "up" => true,
                     "down" => false,
-                    _ => return Err(ParseError::Usage("link PORT up|down")),
+                    _ => return Err(ParseError::Usage("link PORT... up|down")),
                 };
                 Command::Link {
-                    port: parse_port(port)?,
+                    ports: ports
+                        .iter()
+                        .map(|p| parse_port(p))
+                        .collect::<Result<_, _>>()?,
                     up,
                 }
             }
-            _ => return Err(ParseError::Usage("link PORT up|down")),
+            _ => return Err(ParseError::Usage("link PORT... up|down (1..=16 ports)")),
         },
         "fault" => match words[1..] {
             [port, spec] => Command::Fault {
@@ -287,14 +293,14 @@ mod tests {
         assert_eq!(
             parse("link 1 down"),
             Ok(Some(Command::Link {
-                port: PortRef::Lan(1),
+                ports: vec![PortRef::Lan(1)],
                 up: false
             }))
         );
         assert_eq!(
             parse("  link   nic:0 up \t"),
             Ok(Some(Command::Link {
-                port: PortRef::Nic(0),
+                ports: vec![PortRef::Nic(0)],
                 up: true
             }))
         );
@@ -310,6 +316,13 @@ mod tests {
             Ok(Some(Command::Fault {
                 port: PortRef::Nic(1),
                 fault: None
+            }))
+        );
+        assert_eq!(
+            parse("link lan:1 nic:1 down"),
+            Ok(Some(Command::Link {
+                ports: vec![PortRef::Lan(1), PortRef::Nic(1)],
+                up: false
             }))
         );
         assert_eq!(parse("stats"), Ok(Some(Command::Stats)));
@@ -330,6 +343,9 @@ mod tests {
             "link +1 down",
             "link vm:1 down",
             "link 99999999999999999999 down",
+            "link up",
+            "link 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 down",
+            "link 1 x down",
             "fault 1",
             "fault 1 drop=2",
             "fault 1 drop",
@@ -405,11 +421,11 @@ mod tests {
             cmds,
             vec![
                 Command::Link {
-                    port: PortRef::Lan(1),
+                    ports: vec![PortRef::Lan(1)],
                     up: false
                 },
                 Command::Link {
-                    port: PortRef::Nic(0),
+                    ports: vec![PortRef::Nic(0)],
                     up: true
                 },
                 Command::Stats

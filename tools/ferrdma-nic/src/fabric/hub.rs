@@ -90,18 +90,21 @@ pub struct HubControl {
 
 impl control::Apply for HubControl {
     fn apply(&self, cmd: Command, timeout: Duration) -> Reply {
-        let port = match cmd {
-            Command::Link { port, .. } | Command::Fault { port, .. } => Some(port),
-            Command::Stats | Command::Help => None,
+        let ports: &[PortRef] = match &cmd {
+            Command::Link { ports, .. } => ports,
+            Command::Fault { port, .. } => std::slice::from_ref(port),
+            Command::Stats | Command::Help => &[],
         };
-        match port {
-            Some(PortRef::Lan(n)) if n >= self.lans => {
-                return Err(format!("no lan:{n}: there are {} --lan sockets", self.lans));
+        for port in ports {
+            match *port {
+                PortRef::Lan(n) if n >= self.lans => {
+                    return Err(format!("no lan:{n}: there are {} --lan sockets", self.lans));
+                }
+                PortRef::Nic(n) if n >= self.nics => {
+                    return Err(format!("no nic:{n}: there are {} NICs", self.nics));
+                }
+                _ => {}
             }
-            Some(PortRef::Nic(n)) if n >= self.nics => {
-                return Err(format!("no nic:{n}: there are {} NICs", self.nics));
-            }
-            _ => {}
         }
         let (rtx, rrx) = sync_channel(1);
         // The switch queue may be full: wait, but not forever.
@@ -428,18 +431,20 @@ impl SwitchState {
 
     fn control(&mut self, cmd: Command) -> Reply {
         match cmd {
-            Command::Link { port, up } => {
-                let set = self.settings.entry(port).or_default();
-                set.down = !up;
-                let set = *set;
-                let ports = self.ports_of(port);
-                for &p in &ports {
-                    self.configure(p, set);
+            Command::Link { ports, up } => {
+                for port in ports {
+                    let set = self.settings.entry(port).or_default();
+                    set.down = !up;
+                    let set = *set;
+                    let switch_ports = self.ports_of(port);
+                    for &p in &switch_ports {
+                        self.configure(p, set);
+                    }
+                    log::info!(
+                        "control: {port} link {} (switch ports {switch_ports:?})",
+                        if up { "up" } else { "down" }
+                    );
                 }
-                log::info!(
-                    "control: {port} link {} (switch ports {ports:?})",
-                    if up { "up" } else { "down" }
-                );
                 Ok(Vec::new())
             }
             Command::Fault { port, fault } => {
@@ -799,7 +804,7 @@ mod tests {
         let link = |up| {
             ctl.apply(
                 Command::Link {
-                    port: PortRef::Lan(1),
+                    ports: vec![PortRef::Lan(1)],
                     up,
                 },
                 t,
@@ -849,7 +854,7 @@ mod tests {
         assert!(ctl
             .apply(
                 Command::Link {
-                    port: PortRef::Lan(2),
+                    ports: vec![PortRef::Lan(2)],
                     up: true
                 },
                 t
@@ -858,7 +863,7 @@ mod tests {
         assert!(ctl
             .apply(
                 Command::Link {
-                    port: PortRef::Nic(0),
+                    ports: vec![PortRef::Nic(0)],
                     up: true
                 },
                 t
@@ -905,6 +910,12 @@ mod tests {
         assert_eq!(ask("link 0 down\n"), ["ok"]);
         assert_eq!(ask("link lan:0 up\n"), ["ok"]);
         assert!(ask("link lan:3 up\n")[0].starts_with("error: no lan:3"));
+        // All or nothing: one bad port refuses the whole request.
+        assert!(ask("link 0 lan:3 down\n")[0].starts_with("error: no lan:3"));
+        let stats = ask("stats\n");
+        assert!(!stats.iter().any(|l| l.contains("lan:0 down")), "{stats:?}");
+        assert_eq!(ask("link lan:0 0 down\n"), ["ok"]);
+        assert_eq!(ask("link 0 up\n"), ["ok"]);
         assert!(ask("fault 0 drop=7\n")[0].starts_with("error: drop probability"));
         assert_eq!(ask("fault 0 drop=0.5\n"), ["ok"]);
         assert_eq!(ask("fault 0 off\n"), ["ok"]);

@@ -2032,7 +2032,7 @@ fn control_link_down_and_up_on_a_running_hub() {
     let link = |up| {
         ctl.apply(
             Command::Link {
-                port: PortRef::Nic(1),
+                ports: vec![PortRef::Nic(1)],
                 up,
             },
             Duration::from_secs(5),
@@ -2067,7 +2067,7 @@ fn control_link_down_and_up_on_a_running_hub() {
     assert!(ctl
         .apply(
             Command::Link {
-                port: PortRef::Nic(2),
+                ports: vec![PortRef::Nic(2)],
                 up: false
             },
             Duration::from_secs(5)
