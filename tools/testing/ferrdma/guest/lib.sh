@@ -257,13 +257,13 @@ fabric_ctl() {
 	fail "fabric_ctl $*: no reply from the harness within 20s"
 }
 
-# fabric_cable NODE up|down: plugs or pulls node NODE's whole cable: the fabric ports of its
-# virtio-net (lan:NODE-1) and, when NODE has a ferrdma NIC (HAVE_NIC=1, the default), of
-# its NIC's RoCE engine (nic:NODE-1; NICs are numbered in node order).
+# fabric_cable NODE up|down [HAVE_NIC]: plugs or pulls node NODE's whole cable in one request:
+# the fabric ports of its virtio-net (lan:NODE-1) and, when NODE has a ferrdma NIC (HAVE_NIC=1,
+# the default), of its NIC's RoCE engine (nic:NODE-1; NICs are numbered in node order).
 fabric_cable() {
-	local node=$1 state=$2 have_nic=${3:-1}
-	fabric_ctl link "lan:$((node - 1))" "$state" > /dev/null || fail "fabric: link lan:$((node - 1)) $state refused"
-	if [ "$have_nic" = 1 ]; then
-		fabric_ctl link "nic:$((node - 1))" "$state" > /dev/null || fail "fabric: link nic:$((node - 1)) $state refused"
-	fi
+	local node=$1 state=$2 have_nic=${3:-1} ports
+	ports="lan:$((node - 1))"
+	[ "$have_nic" = 1 ] && ports+=" nic:$((node - 1))"
+	# shellcheck disable=SC2086 # two words on purpose
+	fabric_ctl link $ports "$state" > /dev/null || fail "fabric: link $ports $state refused"
 }
