@@ -11,8 +11,10 @@ use log::LevelFilter;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+use ferrdma_nic::fabric::control;
 use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
+use ferrdma_nic::fabric::pcapcheck;
 use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -21,7 +23,7 @@ use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
 struct Cli {
     /// Unix socket to serve one NIC on; repeat for more NICs (one thread each).
     /// Attach with: -device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":PATH}}'
-    #[arg(long = "socket", value_name = "PATH", required_unless_present = "lans")]
+    #[arg(long = "socket", value_name = "PATH", required_unless_present_any = ["lans", "check_pcap"])]
     sockets: Vec<PathBuf>,
 
     /// Unix socket for one LAN port of the fabric's switch; repeatable. QEMU joins with
@@ -52,6 +54,16 @@ struct Cli {
     /// Seed of the fault injection: the same seed and connection order give the same faults.
     #[arg(long, value_name = "N", default_value_t = 0)]
     fault_seed: u64,
+
+    /// Unix socket for controlling the fabric at run time (line protocol: link PORT... up|down,
+    /// fault PORT SPEC|off, stats, help; see fabric/control.rs).
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+
+    /// Check a pcap capture instead of serving: every RoCEv2 frame must pass the NIC's parser
+    /// and ICRC check. Prints counts per direction; exits 1 on a bad frame, 2 on a bad file.
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_pcap: Option<PathBuf>,
 
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -95,12 +107,40 @@ enum Event {
     Done(usize, Result<(), ServeError>),
 }
 
+/// `--check-pcap FILE`.
+fn check_pcap(path: &std::path::Path) -> ExitCode {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    match pcapcheck::check(&data) {
+        Ok(report) => {
+            print!("{}", report.text());
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::new()
         .filter_level(cli.log_level)
         .parse_default_env()
         .init();
+    if let Some(path) = &cli.check_pcap {
+        return check_pcap(path);
+    }
 
     if cli.macs.len() > cli.sockets.len() {
         log::error!(
@@ -136,6 +176,7 @@ fn main() -> ExitCode {
     // The fabric joins every NIC's transport engine and the LAN sockets (see fabric/hub.rs);
     // each NIC gets a bounded inbound queue the switch feeds.
     let lan_files;
+    let mut control_file = None;
     let mut links: Vec<Option<FabricLink>> = (0..nics).map(|_| None).collect();
     let macs: Vec<[u8; 6]> = (0..nics)
         .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
@@ -166,6 +207,21 @@ fn main() -> ExitCode {
         };
         match Hub::start(&cli.lans, cli.pcap.as_deref(), attach, faults) {
             Ok(hub) => {
+                if let Some(path) = &cli.control {
+                    let (listener, file) = match bind(path) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            log::error!("--control: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    if let Err(e) = control::spawn_server(listener, Arc::new(hub.control.clone())) {
+                        log::error!("--control: starting its thread: {e}");
+                        file.remove();
+                        return ExitCode::FAILURE;
+                    }
+                    control_file = Some(Arc::new(file));
+                }
                 lan_files = hub.sockets;
                 for ((link, rx), port) in links.iter_mut().zip(inbound).zip(hub.engine_ports) {
                     *link = Some(FabricLink { inbound: rx, port });
@@ -212,6 +268,7 @@ fn main() -> ExitCode {
 
     let mut remaining = nics;
     files.extend(lan_files);
+    files.extend(control_file);
     let mut failed = false;
     // Without NICs the fabric runs until a signal.
     while remaining > 0 || nics == 0 {

@@ -217,3 +217,85 @@ class JobFileTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FabricControlTest(unittest.TestCase):
+    """The harness forwards a guest's request file to the control socket and writes the reply
+    back; bad request files get an error reply without reaching the socket."""
+
+    def setUp(self):
+        import socket
+        import tempfile
+        import threading
+        self.dir = tempfile.mkdtemp(prefix="ferrdma-selftest-")
+        self.sock = os.path.join(self.dir, "ctl.sock")
+        self.seen = []
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(self.sock)
+        server.listen(4)
+        self.server = server
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                with conn:
+                    line = conn.makefile("rb").readline().decode().strip()
+                    self.seen.append(line)
+                    if line == "stats":
+                        conn.sendall(b"port 0 lan:0 up rx=1\nswitch forwarded=1\nok\n")
+                    elif line.startswith("link"):
+                        conn.sendall(b"ok\n")
+                    else:
+                        conn.sendall(b"error: unknown command\n")
+        threading.Thread(target=serve, daemon=True).start()
+
+    def tearDown(self):
+        import shutil
+        self.server.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _ask(self, ctl, node_dir, ident, text):
+        with open(os.path.join(node_dir, f"{ident}.req"), "w") as f:
+            f.write(text)
+        ctl.poll()
+        self.assertFalse(os.path.exists(os.path.join(node_dir, f"{ident}.req")))
+        with open(os.path.join(node_dir, f"{ident}.rep")) as f:
+            return f.read().splitlines()
+
+    def test_requests_and_replies(self):
+        ctl = vmharness.FabricControl(self.sock, self.dir, 2)
+        d2 = os.path.join(self.dir, "vm2", vmharness.CTL_DIR)
+        self.assertEqual(self._ask(ctl, d2, "a1", "link lan:1 down\n"), ["ok"])
+        self.assertEqual(self._ask(ctl, d2, "a2", "stats\n"),
+                         ["port 0 lan:0 up rx=1", "switch forwarded=1", "ok"])
+        self.assertEqual(self._ask(ctl, d2, "a3", "bogus\n"), ["error: unknown command"])
+        # Two lines, or an overlong one, never reach the socket.
+        self.assertTrue(self._ask(ctl, d2, "a4", "link 0 up\nlink 1 up\n")[0].startswith("error:"))
+        self.assertTrue(self._ask(ctl, d2, "a5", "x" * 600)[0].startswith("error:"))
+        self.assertEqual(self.seen, ["link lan:1 down", "stats", "bogus"])
+        # Names that are not ID.req are left alone.
+        with open(os.path.join(d2, "x.tmp"), "w") as f:
+            f.write("link 0 down\n")
+        ctl.poll()
+        self.assertTrue(os.path.exists(os.path.join(d2, "x.tmp")))
+        with open(os.path.join(self.dir, "fabric-ctl.log")) as f:
+            self.assertIn("vm2 a1: 'link lan:1 down' -> ok", f.read())
+
+    def test_a_dead_socket_is_an_error_reply(self):
+        ctl = vmharness.FabricControl(os.path.join(self.dir, "nothing.sock"), self.dir, 1)
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        reply = self._ask(ctl, d1, "b1", "stats\n")
+        self.assertEqual(len(reply), 1)
+        self.assertTrue(reply[0].startswith("error: control socket"))
+
+    def test_nodes_with_a_nic(self):
+        cfg = vmharness.Config(script="x", vms=2, nic="/bin/true", nic_nodes=(1,))
+        self.assertEqual([vmharness.has_nic(cfg, n) for n in (1, 2)], [True, False])
+        self.assertEqual(vmharness.nic_nodes_text(cfg), "1")
+        cfg = vmharness.Config(script="x", vms=2, nic="/bin/true")
+        self.assertEqual(vmharness.nic_nodes_text(cfg), "1,2")
+        cfg = vmharness.Config(script="x", vms=2, nic=None, nic_nodes=(1,))
+        self.assertEqual(vmharness.nic_nodes_text(cfg), "none")

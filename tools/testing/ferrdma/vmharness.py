@@ -244,6 +244,13 @@ class Config:
     kernel: str = dataclasses.field(default_factory=default_kernel)
     ko: str = dataclasses.field(default_factory=default_ko)
     nic: str | None = dataclasses.field(default_factory=default_nic)  # None: no ferrdma NIC
+    # The nodes that get a ferrdma NIC (when `nic` is set); None: every node. The others are
+    # plain VMs whose virtio-net is on the same fabric (e.g. running soft RoCE).
+    nic_nodes: tuple[int, ...] | None = None
+    # After the run, check the fabric's capture with `<nic> --check-pcap`: every RoCEv2 frame
+    # must pass the NIC's parser and ICRC check and, with two VMs, RoCEv2 frames must have
+    # gone both ways between the nodes' MACs (needs the fabric).
+    check_pcap: bool = False
     mem_mb: int = 512
     smp: int = 2
     accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
@@ -285,6 +292,11 @@ class VmResult:
     @property
     def kunit_failed(self) -> list[ktap.Case]:
         return [c for c in self.kunit if c.status == ktap.FAIL]
+
+
+def has_nic(cfg: Config, node: int) -> bool:
+    """True if node `node` of this run gets a ferrdma NIC."""
+    return cfg.nic is not None and (cfg.nic_nodes is None or node in cfg.nic_nodes)
 
 
 @dataclasses.dataclass
@@ -434,6 +446,127 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
 
 
 # --------------------------------------------------------------------------------------------
+# The fabric's control socket, for the guests, and the capture check
+
+def nic_nodes_text(cfg: Config) -> str:
+    nodes = [n for n in range(1, cfg.vms + 1) if has_nic(cfg, n)]
+    return ",".join(map(str, nodes)) if nodes else "none"
+
+
+# Where a guest drops its requests for the fabric's control socket: <share>/fabric-ctl/ (in
+# the guest /run/ferrdma/fabric-ctl/). See README.md, "The fabric's control socket".
+CTL_DIR = "fabric-ctl"
+CTL_REQ = re.compile(r"^([A-Za-z0-9_-]{1,64})\.req$")
+CTL_LINE_MAX = 512
+
+
+class FabricControl:
+    """Forwards the guests' requests to the fabric's control socket (`ferrdma-nic --control`)
+    and writes the replies back. A request is a file <share>/fabric-ctl/ID.req holding one
+    line; the harness removes it, sends the line and writes the reply (the lines the fabric
+    answered, the last "ok" or "error: ...") to ID.rep, through a rename, so the guest never
+    sees half a reply. Every exchange is logged in <logdir>/fabric-ctl.log."""
+
+    def __init__(self, sock: str, logdir: str, vms: int):
+        self.sock = sock
+        self.log = os.path.join(logdir, "fabric-ctl.log")
+        self.dirs = []
+        for n in range(1, vms + 1):
+            d = os.path.join(logdir, f"vm{n}", CTL_DIR)
+            os.makedirs(d, exist_ok=True)
+            self.dirs.append((n, d))
+
+    def poll(self) -> None:
+        for node, d in self.dirs:
+            try:
+                names = sorted(os.listdir(d))
+            except OSError:
+                continue
+            for name in names:
+                m = CTL_REQ.match(name)
+                if m:
+                    self._serve(node, d, m.group(1))
+
+    def _serve(self, node: int, d: str, ident: str) -> None:
+        path = os.path.join(d, f"{ident}.req")
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(CTL_LINE_MAX + 1)
+            os.unlink(path)
+        except OSError:
+            return
+        line = raw.decode("utf-8", errors="replace").strip()
+        if len(raw) > CTL_LINE_MAX or "\n" in line:
+            reply = ["error: the harness takes one line of at most 512 bytes"]
+        else:
+            reply = self.request(line)
+        with open(self.log, "a") as log:
+            log.write(f"[{time.strftime('%H:%M:%S')}] vm{node} {ident}: {line!r} -> "
+                      f"{' | '.join(reply)}\n")
+        tmp = os.path.join(d, f"{ident}.rep.tmp")
+        with open(tmp, "w") as f:
+            f.write("\n".join(reply) + "\n")
+        os.rename(tmp, os.path.join(d, f"{ident}.rep"))
+
+    def request(self, line: str, timeout: float = 10.0) -> list[str]:
+        """Sends one line to the control socket; returns the reply's lines."""
+        import socket
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(self.sock)
+                s.sendall(line.encode() + b"\n")
+                data = b""
+                while True:
+                    lines = data.decode("utf-8", errors="replace").split("\n")
+                    done = [ln for ln in lines[:-1] if ln == "ok" or ln.startswith("error:")]
+                    if done:
+                        return lines[:lines.index(done[0]) + 1]
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return [*(ln for ln in lines if ln),
+                                "error: the control socket closed without a reply"]
+                    data += chunk
+        except OSError as e:
+            return [f"error: control socket {self.sock}: {e}"]
+
+
+ROCE_DIRECTION = re.compile(r"^roce ([0-9a-f:]{17}) -> ([0-9a-f:]{17}): (\d+) frames")
+
+
+def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None]) -> list[str]:
+    """Runs `nic --check-pcap <logdir>/fabric.pcap` (output in <logdir>/pcap-check.log):
+    every RoCEv2 frame must parse and pass the ICRC check; with two VMs, RoCEv2 frames must
+    have gone both ways between node 1's and node 2's MAC. Returns the problems found."""
+    import subprocess
+    pcap = os.path.join(logdir, "fabric.pcap")
+    out_path = os.path.join(logdir, "pcap-check.log")
+    try:
+        p = subprocess.run([nic, "--check-pcap", pcap], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [f"pcap check of {pcap}: {e}"]
+    with open(out_path, "w") as f:
+        f.write(p.stdout + p.stderr)
+    for line in p.stdout.splitlines():
+        if line.startswith(("roce ", "total")):
+            progress(f"pcap: {line}")
+    problems = []
+    if p.returncode != 0:
+        bad = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith(("bad", "error"))]
+        problems.append(f"pcap check failed (status {p.returncode}): "
+                        f"{bad[0] if bad else 'see ' + out_path}")
+    if vms == 2:
+        seen = {(m.group(1), m.group(2)): int(m.group(3))
+                for m in map(ROCE_DIRECTION.match, p.stdout.splitlines()) if m}
+        for a, b in ((1, 2), (2, 1)):
+            if not seen.get((node_mac(a), node_mac(b))):
+                problems.append(f"the capture has no RoCEv2 frame from node {a} to node {b} "
+                                f"(see {out_path})")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
 # A run
 
 class _OutputTail:
@@ -494,6 +627,10 @@ def run(cfg: Config) -> RunResult:
             raise HarnessError(f"{what} {path} does not exist")
     if cfg.nic is not None and not os.access(cfg.nic, os.X_OK):
         raise HarnessError(f"NIC binary {cfg.nic} does not exist (build it, or use --no-nic)")
+    if cfg.nic_nodes is not None and not set(cfg.nic_nodes) <= set(range(1, cfg.vms + 1)):
+        raise HarnessError(f"NICs for nodes {sorted(cfg.nic_nodes)}: the run has {cfg.vms} VM(s)")
+    if cfg.check_pcap and not cfg.fabric:
+        raise HarnessError("checking the fabric's capture needs the fabric (FERRDMA_FABRIC=1)")
     if shutil.which("qemu-system-x86_64") is None:
         raise HarnessError("qemu-system-x86_64 is not installed")
     if not os.access(GUEST_INIT, os.X_OK):
@@ -517,7 +654,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_RESULTS": f"{GUEST_SHARE}/results",
             "FERRDMA_HARNESS": HARNESS_DIR,
             "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),
-            "FERRDMA_HAVE_NIC": "1" if cfg.nic is not None else "0",
+            "FERRDMA_HAVE_NIC": "1" if has_nic(cfg, node) else "0",
         }
         with open(os.path.join(share, "job"), "w") as f:
             f.write(job_file_text(env, cfg.args, script_timeout))
@@ -525,6 +662,7 @@ def run(cfg: Config) -> RunResult:
         f.write(f"script: {cfg.script} {shlex.join(cfg.args)}\nvms: {cfg.vms}\n"
                 f"timeout: {cfg.timeout:.0f}s (script in guest: {script_timeout or 'none'})\n"
                 f"kernel: {cfg.kernel}\nko: {cfg.ko}\nnic: {cfg.nic or 'none'}\n"
+                f"nodes with a NIC: {nic_nodes_text(cfg)}\n"
                 f"accel: {cfg.accel}\n")
 
     results = [VmResult(n) for n in range(1, cfg.vms + 1)]
@@ -534,6 +672,8 @@ def run(cfg: Config) -> RunResult:
     tails = [_OutputTail(os.path.join(logdir, f"vm{n}", "output")) for n in range(1, cfg.vms + 1)]
     sockdir = tempfile.mkdtemp(prefix="ferrdma-vm-")  # short paths: sun_path is 108 bytes
     lan_sock = os.path.join(sockdir, "lan.sock")
+    ctl_sock = os.path.join(sockdir, "control.sock")
+    fabric_ctl: FabricControl | None = None
     start = time.monotonic()
 
     def drain(final: bool = False) -> None:
@@ -553,19 +693,22 @@ def run(cfg: Config) -> RunResult:
                 argv = [fabric_bin, "--pcap", os.path.join(logdir, "fabric.pcap")]
                 for n in range(1, cfg.vms + 1):
                     argv += ["--lan", f"{lan_sock}.{n}"]
-                if cfg.nic is not None:
-                    for n in range(1, cfg.vms + 1):
+                for n in range(1, cfg.vms + 1):
+                    if has_nic(cfg, n):
                         argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),
                                  "--mac", node_mac(n)]
+                argv += ["--control", ctl_sock]
                 fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
                 _wait_for_socket(f"{lan_sock}.{cfg.vms}", fabric, 15.0)
-                if cfg.nic is not None:
-                    for n in range(1, cfg.vms + 1):
+                _wait_for_socket(ctl_sock, fabric, 15.0)
+                fabric_ctl = FabricControl(ctl_sock, logdir, cfg.vms)
+                for n in range(1, cfg.vms + 1):
+                    if has_nic(cfg, n):
                         _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), fabric, 15.0)
                         nics[n - 1] = fabric
             # 1. Without the fabric, the NICs run one process each.
             for i in range(cfg.vms):
-                if cfg.nic is None or nics[i] is not None:
+                if not has_nic(cfg, i + 1) or nics[i] is not None:
                     continue
                 sock = os.path.join(sockdir, f"nic{i + 1}.sock")
                 nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1)],
@@ -575,7 +718,8 @@ def run(cfg: Config) -> RunResult:
             progress(f"booting {cfg.vms} VM(s) ({cfg.accel}), logs in {logdir}")
             start = time.monotonic()
             for i in range(cfg.vms):
-                nic_sock = os.path.join(sockdir, f"nic{i + 1}.sock") if cfg.nic else None
+                nic_sock = (os.path.join(sockdir, f"nic{i + 1}.sock") if has_nic(cfg, i + 1)
+                            else None)
                 qemus[i] = Child(f"vm{i + 1}", qemu_argv(cfg, i + 1, logdir, lan_sock, nic_sock),
                                  os.path.join(logdir, f"qemu{i + 1}.log"))
                 if i == 0 and cfg.vms > 1 and not cfg.fabric:
@@ -584,6 +728,8 @@ def run(cfg: Config) -> RunResult:
             deadline = start + cfg.timeout
             while True:
                 drain()
+                if fabric_ctl is not None:
+                    fabric_ctl.poll()
                 running = [q for q in qemus if q is not None and not q.exited()]
                 if not running:
                     break
@@ -621,6 +767,8 @@ def run(cfg: Config) -> RunResult:
         shutil.rmtree(sockdir, ignore_errors=True)
     wall = time.monotonic() - start
     drain(final=True)
+    if cfg.check_pcap and fabric is not None:
+        run_problems += check_pcap(cfg.nic or default_nic(), logdir, cfg.vms, progress)
 
     for i, vm in enumerate(results):
         q, nic = qemus[i], nics[i]

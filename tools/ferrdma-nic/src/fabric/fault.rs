@@ -132,6 +132,18 @@ impl Link {
         self.counters
     }
 
+    pub fn is_down(&self) -> bool {
+        self.down
+    }
+
+    /// New fault probabilities from now on; the link state, the generator and what the link
+    /// holds (delayed or held-back frames) stay.
+    pub fn set_config(&mut self, cfg: FaultConfig) -> Result<(), FaultError> {
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
     /// Taking a link down loses whatever it was holding, as pulling a cable would.
     pub fn set_down(&mut self, down: bool) {
         self.down = down;

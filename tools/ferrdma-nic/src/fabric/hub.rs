@@ -18,7 +18,7 @@
 //! NIC sends through its [`EnginePort`], which blocks while the switch queue is full: the
 //! NIC's engine is slowed down rather than its frames dropped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::net::Shutdown;
@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::fault::{FaultConfig, Link};
+use super::control::{self, Command, PortRef, Reply};
+use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::PcapWriter;
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
@@ -65,6 +66,8 @@ enum Event {
     Join(PortId, usize, SyncSender<Vec<u8>>),
     Frame(PortId, Vec<u8>),
     Gone(PortId),
+    /// A control request (`control.rs`), answered on the channel.
+    Control(Command, SyncSender<Reply>),
 }
 
 /// A started fabric. Dropping it does not stop the threads (the process exit does); the
@@ -73,6 +76,56 @@ pub struct Hub {
     pub sockets: Vec<Arc<SocketFile>>,
     /// One per NIC given to `start`, in order: where that NIC's engine sends its frames.
     pub engine_ports: Vec<EnginePort>,
+    /// Changes the running fabric (links, faults) and reads its counters.
+    pub control: HubControl,
+}
+
+/// The running switch's control handle (see `control.rs` for the commands).
+#[derive(Clone)]
+pub struct HubControl {
+    tx: SyncSender<Event>,
+    lans: usize,
+    nics: usize,
+}
+
+impl control::Apply for HubControl {
+    fn apply(&self, cmd: Command, timeout: Duration) -> Reply {
+        let ports: &[PortRef] = match &cmd {
+            Command::Link { ports, .. } => ports,
+            Command::Fault { port, .. } => std::slice::from_ref(port),
+            Command::Stats | Command::Help => &[],
+        };
+        for port in ports {
+            match *port {
+                PortRef::Lan(n) if n >= self.lans => {
+                    return Err(format!("no lan:{n}: there are {} --lan sockets", self.lans));
+                }
+                PortRef::Nic(n) if n >= self.nics => {
+                    return Err(format!("no nic:{n}: there are {} NICs", self.nics));
+                }
+                _ => {}
+            }
+        }
+        let (rtx, rrx) = sync_channel(1);
+        // The switch queue may be full: wait, but not forever.
+        let deadline = Instant::now() + timeout;
+        let mut ev = Event::Control(cmd, rtx);
+        loop {
+            match self.tx.try_send(ev) {
+                Ok(()) => break,
+                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                    ev = back;
+                    thread::sleep(Duration::from_millis(5));
+                }
+                Err(TrySendError::Full(_)) => return Err("the switch is busy".into()),
+                Err(TrySendError::Disconnected(_)) => return Err("the switch is gone".into()),
+            }
+        }
+        match rrx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(r) => r,
+            Err(_) => Err("the switch did not answer".into()),
+        }
+    }
 }
 
 /// A NIC engine's way into the switch.
@@ -139,6 +192,11 @@ impl Hub {
                 tx: tx.clone(),
             })
             .collect();
+        let control = HubControl {
+            tx: tx.clone(),
+            lans: lans.len(),
+            nics: nics.len(),
+        };
         let engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)> = nics
             .into_iter()
             .zip(0..)
@@ -158,6 +216,7 @@ impl Hub {
         Ok(Hub {
             sockets,
             engine_ports,
+            control,
         })
     }
 }
@@ -280,56 +339,265 @@ fn write_loop(port: PortId, mut stream: UnixStream, rx: Receiver<Vec<u8>>) {
     }
 }
 
+/// What the switch thread counts per port (`stats`).
+#[derive(Debug, Default, Clone, Copy)]
+struct PortStats {
+    /// Frames taken in from the port.
+    rx: u64,
+    /// Frames from the port dropped because its link was down.
+    rx_down: u64,
+    /// Frames queued towards the port.
+    tx: u64,
+    /// Frames to the port dropped because its queue was full.
+    queue_drops: u64,
+}
+
+/// A port's link state and faults as set by `--fault`/`--nic-fault` and the control socket;
+/// kept per LAN socket (so a VM that reconnects keeps them) and per NIC.
+#[derive(Debug, Default, Clone, Copy)]
+struct Setting {
+    down: bool,
+    fault: Option<FaultConfig>,
+}
+
+/// The switch thread's state besides the `Switch` itself.
+struct SwitchState {
+    sw: Switch,
+    start: Instant,
+    queues: HashMap<PortId, SyncSender<Vec<u8>>>,
+    engine_queues: HashMap<PortId, SyncSender<Vec<u8>>>,
+    /// LAN ports and the index of the socket they joined on.
+    port_lan: HashMap<PortId, usize>,
+    links: HashMap<PortId, Link>,
+    settings: HashMap<PortRef, Setting>,
+    stats: BTreeMap<PortId, PortStats>,
+    seed: u64,
+}
+
+impl SwitchState {
+    fn ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn port_ref(&self, port: PortId) -> Option<PortRef> {
+        if self.engine_queues.contains_key(&port) {
+            Some(PortRef::Nic(port))
+        } else {
+            self.port_lan.get(&port).map(|&l| PortRef::Lan(l))
+        }
+    }
+
+    fn ports_of(&self, r: PortRef) -> Vec<PortId> {
+        match r {
+            // Engine ports are 0..n in NIC order.
+            PortRef::Nic(n) => vec![n]
+                .into_iter()
+                .filter(|p| self.engine_queues.contains_key(p))
+                .collect(),
+            PortRef::Lan(l) => {
+                let mut v: Vec<PortId> = self
+                    .port_lan
+                    .iter()
+                    .filter(|(_, &lan)| lan == l)
+                    .map(|(&p, _)| p)
+                    .collect();
+                v.sort_unstable();
+                v
+            }
+        }
+    }
+
+    /// Gives `port` the link its setting asks for (none when there is nothing to do).
+    fn configure(&mut self, port: PortId, set: Setting) {
+        if let Some(link) = self.links.get_mut(&port) {
+            if let Err(e) = link.set_config(set.fault.unwrap_or_default()) {
+                log::error!("port {port}: {e}");
+            }
+            link.set_down(set.down);
+            return;
+        }
+        if !set.down && set.fault.is_none() {
+            return;
+        }
+        match Link::new(set.fault.unwrap_or_default(), self.seed ^ port as u64) {
+            Ok(mut l) => {
+                l.set_down(set.down);
+                self.links.insert(port, l);
+            }
+            // Validated when parsed; a failure here would be a bug, so just log.
+            Err(e) => log::error!("port {port}: {e}"),
+        }
+    }
+
+    fn control(&mut self, cmd: Command) -> Reply {
+        match cmd {
+            Command::Link { ports, up } => {
+                for port in ports {
+                    let set = self.settings.entry(port).or_default();
+                    set.down = !up;
+                    let set = *set;
+                    let switch_ports = self.ports_of(port);
+                    for &p in &switch_ports {
+                        self.configure(p, set);
+                    }
+                    log::info!(
+                        "control: {port} link {} (switch ports {switch_ports:?})",
+                        if up { "up" } else { "down" }
+                    );
+                }
+                Ok(Vec::new())
+            }
+            Command::Fault { port, fault } => {
+                let set = self.settings.entry(port).or_default();
+                set.fault = fault;
+                let set = *set;
+                let ports = self.ports_of(port);
+                for &p in &ports {
+                    self.configure(p, set);
+                }
+                log::info!("control: {port} faults {fault:?} (switch ports {ports:?})");
+                Ok(Vec::new())
+            }
+            Command::Stats => Ok(self.stats_lines()),
+            Command::Help => Ok(Vec::new()),
+        }
+    }
+
+    fn stats_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let ports: std::collections::BTreeSet<PortId> = self
+            .engine_queues
+            .keys()
+            .chain(self.queues.keys())
+            .chain(self.stats.keys())
+            .copied()
+            .collect();
+        for p in ports {
+            let st = self.stats.get(&p).copied().unwrap_or_default();
+            let name = self
+                .port_ref(p)
+                .map_or_else(|| "gone".to_string(), |r| r.to_string());
+            let (state, fc) = match self.links.get(&p) {
+                Some(l) => (if l.is_down() { "down" } else { "up" }, l.counters()),
+                None if self.port_ref(p).is_some() => ("up", FaultCounters::default()),
+                None => ("gone", FaultCounters::default()),
+            };
+            lines.push(format!(
+                "port {p} {name} {state} rx={} rx_down={} tx={} queue_drops={} \
+                 fault_dropped={} down_dropped={} duplicated={} reordered={} delayed={}",
+                st.rx,
+                st.rx_down,
+                st.tx,
+                st.queue_drops,
+                fc.dropped + fc.dropped_delay_full,
+                fc.dropped_down,
+                fc.duplicated,
+                fc.reordered,
+                fc.delayed
+            ));
+        }
+        let c = self.sw.counters();
+        lines.push(format!(
+            "switch forwarded={} flooded={} to_engine={} dropped_short={} dropped_bad_source={} \
+             dropped_same_port={} table_full={}",
+            c.forwarded,
+            c.flooded,
+            c.to_engine,
+            c.dropped_short,
+            c.dropped_bad_source,
+            c.dropped_same_port,
+            c.table_full
+        ));
+        lines
+    }
+
+    /// Queue a frame to a port through its link (if it has one).
+    fn emit(&mut self, p: PortId, frame: Vec<u8>, ready: &mut Vec<Vec<u8>>) {
+        let Some(q) = self.queues.get(&p).or_else(|| self.engine_queues.get(&p)) else {
+            return;
+        };
+        let st = self.stats.entry(p).or_default();
+        ready.clear();
+        match self.links.get_mut(&p) {
+            Some(link) => {
+                let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                link.send(frame, now, ready);
+            }
+            None => ready.push(frame),
+        }
+        for f in ready.drain(..) {
+            enqueue(q, p, f, st);
+        }
+    }
+}
+
 fn run_switch(
     rx: Receiver<Event>,
     mut pcap: Option<PcapWriter<BufWriter<File>>>,
     engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)>,
     faults: Faults,
 ) {
-    let start = Instant::now();
-    let mut sw = Switch::new(AGING_SECS);
-    let mut queues: HashMap<PortId, SyncSender<Vec<u8>>> = HashMap::new();
-    let mut engine_queues: HashMap<PortId, SyncSender<Vec<u8>>> = HashMap::new();
+    let mut st = SwitchState {
+        sw: Switch::new(AGING_SECS),
+        start: Instant::now(),
+        queues: HashMap::new(),
+        engine_queues: HashMap::new(),
+        port_lan: HashMap::new(),
+        links: HashMap::new(),
+        settings: HashMap::new(),
+        stats: BTreeMap::new(),
+        seed: faults.seed,
+    };
     for (mac, port, q) in engines {
-        sw.set_engine(mac, port);
-        engine_queues.insert(port, q);
+        st.sw.set_engine(mac, port);
+        st.engine_queues.insert(port, q);
     }
-    let mut out = Vec::new();
-    let mut queue_drops = 0u64;
-    let mut links: HashMap<PortId, Link> = HashMap::new();
-    // Engine ports are 0..n in NIC order.
+    for (&lan, cfg) in &faults.per_lan {
+        st.settings.insert(
+            PortRef::Lan(lan),
+            Setting {
+                down: false,
+                fault: Some(*cfg),
+            },
+        );
+    }
     for (&nic, cfg) in &faults.per_nic {
-        if engine_queues.contains_key(&nic) {
-            match Link::new(*cfg, faults.seed ^ nic as u64) {
-                Ok(l) => {
-                    links.insert(nic, l);
-                }
-                Err(e) => log::error!("NIC {nic}: {e}"),
-            }
+        if st.engine_queues.contains_key(&nic) {
+            let set = Setting {
+                down: false,
+                fault: Some(*cfg),
+            };
+            st.settings.insert(PortRef::Nic(nic), set);
+            st.configure(nic, set);
         }
     }
+    let mut out = Vec::new();
     let mut ready = Vec::new();
-    let ms = |start: Instant| u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     loop {
         // Sleep no longer than the next delayed frame is due.
-        let due = links.values().filter_map(Link::next_due).min();
+        let due = st.links.values().filter_map(Link::next_due).min();
         let ev = match due {
             None => match rx.recv() {
                 Ok(ev) => ev,
                 Err(_) => return,
             },
             Some(due) => {
-                let wait = Duration::from_millis(due.saturating_sub(ms(start)));
+                let wait = Duration::from_millis(due.saturating_sub(st.ms()));
                 match rx.recv_timeout(wait) {
                     Ok(ev) => ev,
                     Err(RecvTimeoutError::Timeout) => {
-                        let now = ms(start);
-                        for (p, link) in links.iter_mut() {
+                        let now = st.ms();
+                        let ports: Vec<PortId> = st.links.keys().copied().collect();
+                        for p in ports {
                             ready.clear();
-                            link.poll(now, &mut ready);
-                            if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
+                            if let Some(link) = st.links.get_mut(&p) {
+                                link.poll(now, &mut ready);
+                            }
+                            if let Some(q) = st.queues.get(&p).or_else(|| st.engine_queues.get(&p))
+                            {
+                                let pst = st.stats.entry(p).or_default();
                                 for f in ready.drain(..) {
-                                    enqueue(q, *p, f, &mut queue_drops);
+                                    enqueue(q, p, f, pst);
                                 }
                             }
                         }
@@ -341,28 +609,36 @@ fn run_switch(
         };
         match ev {
             Event::Join(port, lan, q) => {
-                sw.add_port(port);
-                queues.insert(port, q);
-                if let Some(cfg) = faults.per_lan.get(&lan) {
-                    // Validated when parsed; a failure here would be a bug, so just log.
-                    match Link::new(*cfg, faults.seed ^ port as u64) {
-                        Ok(l) => {
-                            links.insert(port, l);
-                        }
-                        Err(e) => log::error!("port {port}: {e}"),
-                    }
+                st.sw.add_port(port);
+                st.queues.insert(port, q);
+                st.port_lan.insert(port, lan);
+                st.stats.insert(port, PortStats::default());
+                if let Some(set) = st.settings.get(&PortRef::Lan(lan)).copied() {
+                    st.configure(port, set);
                 }
             }
             Event::Gone(port) => {
                 log::info!("port {port} disconnected");
-                sw.remove_port(port);
-                queues.remove(&port);
-                if let Some(l) = links.remove(&port) {
+                st.sw.remove_port(port);
+                st.queues.remove(&port);
+                st.port_lan.remove(&port);
+                st.stats.remove(&port);
+                if let Some(l) = st.links.remove(&port) {
                     log::info!("port {port} faults: {:?}", l.counters());
                 }
             }
+            Event::Control(cmd, reply) => {
+                let r = st.control(cmd);
+                let _ = reply.try_send(r);
+            }
             Event::Frame(port, frame) => {
-                sw.forward(port, &frame, start.elapsed().as_secs(), &mut out);
+                if st.links.get(&port).is_some_and(Link::is_down) {
+                    st.stats.entry(port).or_default().rx_down += 1;
+                    continue;
+                }
+                st.stats.entry(port).or_default().rx += 1;
+                let now = st.start.elapsed().as_secs();
+                st.sw.forward(port, &frame, now, &mut out);
                 if out.is_empty() {
                     continue;
                 }
@@ -373,18 +649,8 @@ fn run_switch(
                         pcap = None;
                     }
                 }
-                for p in &out {
-                    if let Some(q) = queues.get(p).or_else(|| engine_queues.get(p)) {
-                        if let Some(link) = links.get_mut(p) {
-                            ready.clear();
-                            link.send(frame.clone(), ms(start), &mut ready);
-                            for f in ready.drain(..) {
-                                enqueue(q, *p, f, &mut queue_drops);
-                            }
-                        } else {
-                            enqueue(q, *p, frame.clone(), &mut queue_drops);
-                        }
-                    }
+                for &p in &out {
+                    st.emit(p, frame.clone(), &mut ready);
                 }
             }
         }
@@ -392,12 +658,12 @@ fn run_switch(
 }
 
 /// Queue a frame to a port; a full queue drops it, as a congested switch port would.
-fn enqueue(q: &SyncSender<Vec<u8>>, port: PortId, frame: Vec<u8>, drops: &mut u64) {
+fn enqueue(q: &SyncSender<Vec<u8>>, port: PortId, frame: Vec<u8>, st: &mut PortStats) {
     match q.try_send(frame) {
-        Ok(()) => {}
+        Ok(()) => st.tx += 1,
         Err(TrySendError::Full(_)) => {
-            *drops += 1;
-            log::debug!("port {port}: queue full, {drops} drops");
+            st.queue_drops += 1;
+            log::debug!("port {port}: queue full, {} drops", st.queue_drops);
         }
         Err(TrySendError::Disconnected(_)) => {}
     }
@@ -511,6 +777,153 @@ mod tests {
         assert_eq!(recv(&mut cb), f);
         assert!(t0.elapsed() >= std::time::Duration::from_millis(30));
         assert_eq!(recv(&mut cb), f, "duplicate");
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn control_takes_a_lan_link_down_both_ways_and_changes_faults() {
+        use super::super::control::{Apply, Command, PortRef};
+        let d = tmpdir();
+        let (a, b) = (d.join("a.sock"), d.join("b.sock"));
+        let hub = Hub::start(&[a.clone(), b.clone()], None, Vec::new(), Faults::default()).unwrap();
+        let ctl = hub.control.clone();
+        let t = std::time::Duration::from_secs(5);
+        let mut ca = UnixStream::connect(&a).unwrap();
+        let mut cb = UnixStream::connect(&b).unwrap();
+        let short = std::time::Duration::from_millis(300);
+        ca.set_read_timeout(Some(short)).unwrap();
+        cb.set_read_timeout(Some(short)).unwrap();
+        thread::sleep(std::time::Duration::from_millis(300));
+        let (ma, mb) = ([0x52, 0x54, 0, 0, 0, 0xa], [0x52, 0x54, 0, 0, 0, 0xb]);
+        // Learn both MACs.
+        send(&mut ca, &plain(mb, ma));
+        assert_eq!(recv(&mut cb), plain(mb, ma));
+        send(&mut cb, &plain(ma, mb));
+        assert_eq!(recv(&mut ca), plain(ma, mb));
+        let link = |up| {
+            ctl.apply(
+                Command::Link {
+                    ports: vec![PortRef::Lan(1)],
+                    up,
+                },
+                t,
+            )
+        };
+        assert_eq!(link(false), Ok(Vec::new()));
+        // Neither direction passes while B's link is down.
+        send(&mut ca, &plain(mb, ma));
+        send(&mut cb, &plain(ma, mb));
+        let mut byte = [0u8; 4];
+        assert!(
+            cb.read_exact(&mut byte).is_err(),
+            "B received with its link down"
+        );
+        assert!(
+            ca.read_exact(&mut byte).is_err(),
+            "A received from a down link"
+        );
+        let stats = ctl.apply(Command::Stats, t).unwrap();
+        assert!(
+            stats
+                .iter()
+                .any(|l| l.contains("lan:1 down") && l.contains("rx_down=1")),
+            "{stats:?}"
+        );
+        assert_eq!(link(true), Ok(Vec::new()));
+        send(&mut ca, &plain(mb, ma));
+        assert_eq!(recv(&mut cb), plain(mb, ma));
+        // Faults at run time: everything to B dropped, then off again.
+        let drop_all = super::super::fault::FaultConfig::parse("drop=1").unwrap();
+        let fault = |f| {
+            ctl.apply(
+                Command::Fault {
+                    port: PortRef::Lan(1),
+                    fault: f,
+                },
+                t,
+            )
+        };
+        assert_eq!(fault(Some(drop_all)), Ok(Vec::new()));
+        send(&mut ca, &plain(mb, ma));
+        assert!(cb.read_exact(&mut byte).is_err(), "dropped frame arrived");
+        assert_eq!(fault(None), Ok(Vec::new()));
+        send(&mut ca, &plain(mb, ma));
+        assert_eq!(recv(&mut cb), plain(mb, ma));
+        // Out-of-range ports are refused.
+        assert!(ctl
+            .apply(
+                Command::Link {
+                    ports: vec![PortRef::Lan(2)],
+                    up: true
+                },
+                t
+            )
+            .is_err());
+        assert!(ctl
+            .apply(
+                Command::Link {
+                    ports: vec![PortRef::Nic(0)],
+                    up: true
+                },
+                t
+            )
+            .is_err());
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_control_socket_answers_over_unix() {
+        use std::io::{BufRead, BufReader};
+        let d = tmpdir();
+        let (a, c) = (d.join("a.sock"), d.join("ctl.sock"));
+        let hub = Hub::start(
+            std::slice::from_ref(&a),
+            None,
+            Vec::new(),
+            Faults::default(),
+        )
+        .unwrap();
+        let (listener, file) = bind(&c).unwrap();
+        super::super::control::spawn_server(listener, Arc::new(hub.control.clone())).unwrap();
+        let s = UnixStream::connect(&c).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        let mut ask = |req: &str| {
+            w.write_all(req.as_bytes()).unwrap();
+            let mut lines = Vec::new();
+            loop {
+                line.clear();
+                r.read_line(&mut line).unwrap();
+                let l = line.trim_end().to_string();
+                let end = l == "ok" || l.starts_with("error:");
+                lines.push(l);
+                if end {
+                    return lines;
+                }
+            }
+        };
+        assert_eq!(ask("link 0 down\n"), ["ok"]);
+        assert_eq!(ask("link lan:0 up\n"), ["ok"]);
+        assert!(ask("link lan:3 up\n")[0].starts_with("error: no lan:3"));
+        // All or nothing: one bad port refuses the whole request.
+        assert!(ask("link 0 lan:3 down\n")[0].starts_with("error: no lan:3"));
+        let stats = ask("stats\n");
+        assert!(!stats.iter().any(|l| l.contains("lan:0 down")), "{stats:?}");
+        assert_eq!(ask("link lan:0 0 down\n"), ["ok"]);
+        assert_eq!(ask("link 0 up\n"), ["ok"]);
+        assert!(ask("fault 0 drop=7\n")[0].starts_with("error: drop probability"));
+        assert_eq!(ask("fault 0 drop=0.5\n"), ["ok"]);
+        assert_eq!(ask("fault 0 off\n"), ["ok"]);
+        let stats = ask("stats\n");
+        assert_eq!(stats.last().map(String::as_str), Some("ok"));
+        assert!(stats.iter().any(|l| l.starts_with("switch forwarded=")));
+        assert!(ask("\u{0}\u{1}garbage\n")[0].starts_with("error:"));
+        file.remove();
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
     }

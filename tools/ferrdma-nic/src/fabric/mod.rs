@@ -2,9 +2,11 @@
 //! QEMU's `-netdev stream` framing, `switch` decides where frames go (with the RoCE steering
 //! rule), `pcap` records what it forwards and `hub` runs it all on unix sockets.
 
+pub mod control;
 pub mod fault;
 pub mod hub;
 pub mod pcap;
+pub mod pcapcheck;
 pub mod stream;
 pub mod switch;
 

@@ -27,8 +27,6 @@ pub enum WireError {
     UdpLength { udp: usize, ip: usize },
     #[error("UDP checksum mismatch")]
     UdpChecksum,
-    #[error("IPv6 UDP datagram without checksum")]
-    UdpChecksumMissing,
     #[error("unknown or unsupported BTH opcode {0:#04x}")]
     Opcode(u8),
     #[error("unsupported BTH transport header version {0}")]

@@ -20,7 +20,7 @@ pub mod udp;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use error::WireError;
 pub use packet::{build, parse, ExtHeaders, Headers, IpHeader, Parsed};

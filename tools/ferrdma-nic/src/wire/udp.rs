@@ -1,6 +1,9 @@
 //! UDP header for RoCEv2: destination port 4791; the source port is chosen per QP path (for
-//! ECMP entropy). Checksum: RoCEv2 lets IPv4 senders leave it 0 (the ICRC protects the data),
-//! while IPv6 requires a real one (RFC 8200 §8.1), so it is computed there.
+//! ECMP entropy). Checksum: RoCEv2 lets senders leave it 0 (the ICRC protects the packet).
+//! Over IPv6 plain UDP requires one (RFC 8200 §8.1), so this NIC computes it there, but it
+//! accepts 0 too, as RFC 6935/6936 allow for tunnel protocols: Linux soft RoCE (rxe) sends
+//! its IPv6 RoCEv2 packets with checksum 0 (found by tests/interop-rxe-ferrdma.sh; golden
+//! frame tests/data/roce-rc-send-first-ipv6-rxe.hex). A non-zero checksum is always checked.
 
 use super::checksum;
 use super::error::{array, Result, WireError};
@@ -55,7 +58,7 @@ pub fn write_header(src_port: u16, udp_len: u16, out: &mut Vec<u8>) {
 }
 
 /// Check the UDP header of `datagram` (exactly the IP payload); returns the source port.
-/// IPv6 requires a checksum; IPv4 checks one only when present.
+/// A checksum is checked when present (non-zero), over IPv4 and IPv6 alike.
 pub fn parse(datagram: &[u8], p: &Pseudo<'_>) -> Result<u16> {
     let h = array::<UDP_HDR_LEN>(datagram, 0, "UDP header")?;
     let src = u16::from_be_bytes([h[0], h[1]]);
@@ -71,11 +74,7 @@ pub fn parse(datagram: &[u8], p: &Pseudo<'_>) -> Result<u16> {
         });
     }
     let sum = u16::from_be_bytes([h[6], h[7]]);
-    if sum == 0 {
-        if matches!(p, Pseudo::V6 { .. }) {
-            return Err(WireError::UdpChecksumMissing);
-        }
-    } else if checksum::finish(checksum::add(pseudo_sum(p, len), datagram)) != 0 {
+    if sum != 0 && checksum::finish(checksum::add(pseudo_sum(p, len), datagram)) != 0 {
         return Err(WireError::UdpChecksum);
     }
     Ok(src)

@@ -232,3 +232,40 @@ test_progs_dir() {
 		fail "the verbs test programs are not built for these sources: run" \
 			"scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/progs/build.sh (make check does)"
 }
+
+# fabric_ctl REQUEST...: sends one request line to the fabric's control socket (ferrdma-nic
+# --control, e.g. "link nic:1 down", "fault lan:0 drop=0.1", "stats") and prints the reply.
+# The guest cannot reach the host: the request goes as a file into the run's share
+# (/run/ferrdma/fabric-ctl/ID.req), the harness forwards it and writes the reply to ID.rep
+# (README.md, "The fabric's control socket"). Returns 1 on an "error:" reply (so a failed
+# request ends a `set -e` test), fails the test if the harness does not answer within 20 s.
+fabric_ctl() {
+	local dir=/run/ferrdma/fabric-ctl id i reply
+	[ -d "$dir" ] || fail "fabric_ctl: $dir is missing: this run has no fabric (FERRDMA_FABRIC=0?)"
+	id=$(date +%s%N)-$$-$RANDOM
+	printf '%s\n' "$*" > "$dir/$id.tmp"
+	mv "$dir/$id.tmp" "$dir/$id.req"
+	for ((i = 0; i < 200; i++)); do
+		if [ -f "$dir/$id.rep" ]; then
+			reply=$(cat "$dir/$id.rep")
+			rm -f "$dir/$id.rep"
+			echo "$reply"
+			[ "$(tail -n1 <<< "$reply")" = ok ]
+			return
+		fi
+		sleep 0.1
+	done
+	rm -f "$dir/$id.req"
+	fail "fabric_ctl $*: no reply from the harness within 20s"
+}
+
+# fabric_cable NODE up|down [HAVE_NIC]: plugs or pulls node NODE's whole cable in one request:
+# the fabric ports of its virtio-net (lan:NODE-1) and, when NODE has a ferrdma NIC (HAVE_NIC=1,
+# the default), of its NIC's RoCE engine (nic:NODE-1; NICs are numbered in node order).
+fabric_cable() {
+	local node=$1 state=$2 have_nic=${3:-1} ports
+	ports="lan:$((node - 1))"
+	[ "$have_nic" = 1 ] && ports+=" nic:$((node - 1))"
+	# shellcheck disable=SC2086 # two words on purpose
+	fabric_ctl link $ports "$state" > /dev/null || fail "fabric: link $ports $state refused"
+}

@@ -1,0 +1,113 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=2 timeout=480
+#
+# Pulling a cable on the fabric (ferrdma-nic --control through the harness, lib.sh's
+# fabric_ctl) in the middle of RDMA traffic between two ferrdma VMs. Node 1 runs an
+# ib_write_bw client (10 s, 64 KiB WRITEs) to node 2 and takes node 2's cable (its
+# virtio-net's and its NIC's fabric ports) out:
+#   short  for 2 s, with a QP timeout of 4.096 us * 2^18 (about 1.1 s a try, 7 retries): RC
+#          retransmits once the link is back and both ends finish with their result rows;
+#   long   for 8 s, with the default timeout 2^14 (67 ms a try, about 0.5 s in all): the
+#          client's WRITE completes with "transport retry counter exceeded" (status 12) and
+#          the tool exits non-zero; the server must end too, within a bound.
+# The fabric's counters (stats) must show frames the down link swallowed; bad requests get
+# an error reply. Afterwards the VMs talk again (ping and a short ib_write_bw), no verbs
+# object is left, kmemleak is clean, and the harness checks for kernel splats.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+need_nic
+[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
+
+kmemleak_clear
+load_ferrdma
+wait_probe 1 >/dev/null
+gid=$(wait_gid ferrdma0)
+ping_peer "$FERRDMA_PEER_IP" 90
+barrier up 180
+
+if [ "$FERRDMA_NODE" = 1 ]; then
+	note "fabric: $(fabric_ctl help | head -1)"
+	! fabric_ctl link lan:7 down > /tmp/bad.log || fail "link lan:7 down was accepted"
+	grep -q '^error: no lan:7' /tmp/bad.log || { cat /tmp/bad.log; fail "unexpected reply to a bad port"; }
+	! fabric_ctl fault 0 drop=3 > /tmp/bad.log || fail "fault 0 drop=3 was accepted"
+	! fabric_ctl reboot now > /tmp/bad.log || fail "an unknown command was accepted"
+	note "bad requests refused: $(tail -1 /tmp/bad.log)"
+fi
+
+# outage NAME SECONDS QP_TIMEOUT EXPECT: ib_write_bw node 1 -> node 2 with -u QP_TIMEOUT for
+# 10 s; node 2's cable goes out for SECONDS in the middle. EXPECT: "ok" (both ends succeed) or
+# "retry-exceeded" (the client fails with status 12, the server ends too).
+outage() {
+	local name=$1 secs=$2 to=$3 expect=$4 pid rc=0 log=/tmp/$1.log t0
+	if [ "$FERRDMA_NODE" = 2 ]; then
+		timeout 90 ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -D 10 -u "$to" -F > "$log" 2>&1 &
+		pid=$!
+		wait_listen 18515
+		barrier "$name-listening" 60
+		t0=$SECONDS
+		wait "$pid" || rc=$?
+		note "$name: server ended after $((SECONDS - t0))s with status $rc"
+		[ "$rc" != 124 ] || { cat "$log"; fail "$name: the server still ran after 90s"; }
+		if [ "$expect" = ok ]; then
+			[ "$rc" = 0 ] || { cat "$log"; fail "$name: the server failed with status $rc"; }
+		fi
+	else
+		barrier "$name-listening" 60
+		timeout 90 ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -D 10 -u "$to" -F "$FERRDMA_PEER_IP" > "$log" 2>&1 &
+		pid=$!
+		sleep 4 # connected and writing
+		kill -0 "$pid" 2>/dev/null || { cat "$log"; fail "$name: the client ended before the outage"; }
+		note "$name: node 2's cable out for ${secs}s"
+		fabric_cable 2 down
+		sleep "$secs"
+		fabric_cable 2 up
+		fabric_ctl stats > /tmp/stats.log # the counters outlive the outage
+		note "$name: cable back; $(grep ' nic:1 ' /tmp/stats.log)"
+		grep ' nic:1 ' /tmp/stats.log | grep -qv ' down_dropped=0 ' ||
+			{ cat /tmp/stats.log; fail "$name: the down link dropped nothing?"; }
+		wait "$pid" || rc=$?
+		note "$name: client ended with status $rc"
+		case $expect in
+		ok)
+			[ "$rc" = 0 ] || { cat "$log"; fail "$name: the client failed with status $rc after a ${secs}s outage"; }
+			grep -qE '^ +65536 +[0-9]+ +[0-9.]+ +[0-9.]+' "$log" || { cat "$log"; fail "$name: no result row"; }
+			note "$name: $(grep -E '^ +65536 ' "$log" | tr -s ' ')"
+			;;
+		retry-exceeded)
+			if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then
+				cat "$log"
+				fail "$name: the client exited with status $rc; expected a failure"
+			fi
+			grep -qE 'Failed status 12|retry counter exceeded' "$log" ||
+				{ cat "$log"; fail "$name: the client did not report a retry-exceeded completion"; }
+			note "$name: $(grep -m1 -E 'Failed status 12|retry counter exceeded' "$log")"
+			;;
+		esac
+	fi
+	barrier "$name-done" 120
+	expect_no_verbs_objects
+}
+
+outage short 2 18 ok
+outage long 8 14 retry-exceeded
+
+# The link is back: the LAN and RDMA work again.
+ping_peer "$FERRDMA_PEER_IP" 30
+barrier again 60
+if [ "$FERRDMA_NODE" = 2 ]; then
+	ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 200 -F > /tmp/again.log 2>&1 &
+	pid=$!
+	wait_listen 18515
+	barrier again-listening 60
+	wait "$pid" || { cat /tmp/again.log; fail "ib_write_bw after the outages failed (server)"; }
+else
+	barrier again-listening 60
+	timeout 60 ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 200 -F "$FERRDMA_PEER_IP" > /tmp/again.log 2>&1 ||
+		{ cat /tmp/again.log; fail "ib_write_bw after the outages failed (client)"; }
+	note "after the outages: $(grep -E '^ +65536 ' /tmp/again.log | tr -s ' ')"
+fi
+barrier finished 60
+expect_no_verbs_objects
+unload_ferrdma
+kmemleak_check "fabric link outages"
+note "fabric-link test passed on node $FERRDMA_NODE"
