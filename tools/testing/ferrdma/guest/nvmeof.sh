@@ -2,7 +2,7 @@
 #
 # NVMe over Fabrics on the RDMA transport (tests/nvmeof-*.sh): the kernel's own NVMe host
 # (nvme-rdma) and target (nvmet-rdma) over ferrdma0, the first in-tree ULP on ferrdma.
-#     . "$FERRDMA_HARNESS/guest/nvmeof.sh"; nvmeof_loopback   (1 VM: target and host in it)
+#     . "$FERRDMA_HARNESS/guest/nvmeof.sh"; nvmeof_loopback [KIND]  (1 VM: target and host in it)
 #     . "$FERRDMA_HARNESS/guest/nvmeof.sh"; nvmeof_two_vms    (2 VMs: node 1 target, node 2 host)
 #
 # The target exports a file on tmpfs (nvmet's file backend) as namespace 1 of a subsystem, set
@@ -30,6 +30,7 @@ NVMEOF_CTRL=
 NVMEOF_DEV=
 NVMEOF_RES_BEFORE=
 NVMEOF_CMID_BEFORE=
+NVMEOF_CQS_BEFORE=
 
 # nvmeof_target_up IP: subsystem, namespace (file on tmpfs) and an RDMA port on IP.
 nvmeof_target_up() {
@@ -59,13 +60,39 @@ nvmeof_target_up() {
 # nvmeof_target_down: undoes nvmeof_target_up (port, namespace, subsystem, modules, file).
 nvmeof_target_down() {
 	local s=$NVMEOF_CFG/subsystems/$NVMEOF_NQN p=$NVMEOF_CFG/ports/1
+	# Known upstream lockdep report, on any RDMA device: disabling the port takes
+	# nvmet_config_sem, then rdma_destroy_id() of the listener takes its handler_mutex; the
+	# rdma_cm handler of a connection (same lock class) holds handler_mutex while nvmet-rdma
+	# runs the commands that arrived before ESTABLISHED (an I/O queue's Connect, which takes
+	# nvmet_config_sem). Allowed here only, and only that report (checked below).
+	echo "ferrdma-test: nvmet port removal" > /dev/kmsg
+	echo "ferrdma-test: expected splat begin lockdep call-trace" > /dev/kmsg
 	rm "$p/subsystems/$NVMEOF_NQN" || fail "cannot unlink the subsystem from port 1"
+	echo "ferrdma-test: expected splat end" > /dev/kmsg
+	nvmeof_known_lockdep
 	rmdir "$p" || fail "cannot remove port 1"
 	echo 0 > "$s/namespaces/1/enable"
 	rmdir "$s/namespaces/1" || fail "cannot remove namespace 1"
 	rmdir "$s" || fail "cannot remove subsystem $NVMEOF_NQN"
 	rmmod nvmet_rdma nvmet || fail "rmmod nvmet_rdma nvmet failed"
 	rm -f "$NVMEOF_BACKING"
+}
+
+# nvmeof_known_lockdep: fails unless any lockdep report since the port removal began is the
+# known nvmet_config_sem / rdma_cm handler_mutex one (see nvmeof_target_down).
+nvmeof_known_lockdep() {
+	local log
+	log=$(dmesg | sed -n '/ferrdma-test: nvmet port removal/,/ferrdma-test: expected splat end/p')
+	echo "$log" | grep -q 'circular locking dependency\|lock(' || return 0
+	if echo "$log" | grep -q 'possible circular locking dependency detected' &&
+		echo "$log" | grep -q '(nvmet_config_sem)' &&
+		echo "$log" | grep -q '(&id_priv->handler_mutex)' &&
+		[ "$(echo "$log" | grep -c 'WARNING:')" = 1 ]; then
+		note "port removal: the known upstream lockdep report (nvmet_config_sem vs rdma_cm handler_mutex); lockdep is off from here on"
+		return 0
+	fi
+	echo "$log" >&2
+	fail "an unexpected lockdep report while the nvmet port was removed"
 }
 
 # nvmeof_connect IP: connects the host to the subsystem at IP over RDMA; sets NVMEOF_CTRL
@@ -194,18 +221,33 @@ nvmeof_io() {
 nvmeof_res_record() {
 	NVMEOF_RES_BEFORE=$(rdma res show "$EVENTS_DEV")
 	NVMEOF_CMID_BEFORE=$(rdma res show cm_id)
+	NVMEOF_CQS_BEFORE=$(nvmeof_cqs)
 	note "rdma res before: $NVMEOF_RES_BEFORE"
 }
 
-# nvmeof_res_check WHAT: the device's restrack counts and the cm_ids equal those from before.
+# nvmeof_cqs: the device's CQs, one line each (`rdma res show cq`).
+nvmeof_cqs() {
+	rdma res show cq | grep -w "$EVENTS_DEV" || true
+}
+
+# nvmeof_res_check WHAT: the device's restrack counts and the cm_ids equal those from before,
+# but for CQs of ib_core's shared CQ pool: nvme-rdma and nvmet-rdma take their CQs from it
+# (ib_cq_pool_get), and ib_core keeps the pool's CQs, idle, until the device unregisters. So
+# every CQ that was not there before must be ib_core's and have no user left; rdma_dev_down
+# (the device's removal) frees them, which kmemleak_check then covers.
 nvmeof_res_check() {
-	local end=$((SECONDS + 20)) res cmid
+	local end=$((SECONDS + 20)) res cmid cqs new bad
 	while :; do
 		res=$(rdma res show "$EVENTS_DEV")
 		cmid=$(rdma res show cm_id)
-		[ "$res" = "$NVMEOF_RES_BEFORE" ] && [ "$cmid" = "$NVMEOF_CMID_BEFORE" ] && break
+		cqs=$(nvmeof_cqs)
+		new=$(comm -13 <(echo "$NVMEOF_CQS_BEFORE" | sort) <(echo "$cqs" | sort))
+		bad=$(echo "$new" | grep -v 'users 0 .*comm \[ib_core\]' || true)
+		[ "$(echo "$res" | sed 's/ cq [0-9]*//')" = "$(echo "$NVMEOF_RES_BEFORE" | sed 's/ cq [0-9]*//')" ] &&
+			[ "$cmid" = "$NVMEOF_CMID_BEFORE" ] && [ -z "$bad" ] && break
 		if [ "$SECONDS" -ge "$end" ]; then
 			echo "cm_ids now: $cmid" >&2
+			echo "CQs now: $cqs" >&2
 			rdma res show qp >&2 || true
 			rdma res show mr >&2 || true
 			fail "objects left behind after $1: before: $NVMEOF_RES_BEFORE; after: $res"
@@ -213,12 +255,13 @@ nvmeof_res_check() {
 		sleep 0.2
 	done
 	note "rdma res after $1: $res"
+	[ -z "$new" ] || { note "idle CQs of ib_core's CQ pool (freed with the device):"; echo "$new"; }
 }
 
 nvmeof_loopback() {
 	[ "$FERRDMA_NVMS" = 1 ] || fail "this test runs in 1 VM (FERRDMA_NVMS=$FERRDMA_NVMS)"
 	kmemleak_clear
-	rdma_dev_up ferrdma
+	rdma_dev_up "${1:-ferrdma}"
 	nvmeof_res_record
 	nvmeof_target_up "$FERRDMA_IP"
 	nvmeof_connect "$FERRDMA_IP"
@@ -235,7 +278,7 @@ nvmeof_loopback() {
 nvmeof_two_vms() {
 	[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs (FERRDMA_NVMS=$FERRDMA_NVMS)"
 	kmemleak_clear
-	rdma_dev_up ferrdma
+	rdma_dev_up "${1:-ferrdma}"
 	ping_peer "$FERRDMA_PEER_IP" 90
 	nvmeof_res_record
 	if [ "$FERRDMA_NODE" = 1 ]; then
