@@ -97,6 +97,12 @@ pub struct RegistrationParams {
     /// its IP addresses). The binding follows the network device: it is made when a device
     /// with this MAC registers or takes this address, and dropped when it unregisters.
     pub netdev_mac: [u8; 6],
+    /// The largest DMA segment the device takes in one scatter/gather element (the length an
+    /// SGE can describe). Set as the parent's `max_segment_size` before registering: kernel
+    /// ULPs map their scatterlists on the parent (`ib_dma_map_sg`), and the PCI default of
+    /// 64 KiB would be exceeded by any merged segment longer than that (DMA-API debug reports
+    /// it; the block layer sizes its segments by it).
+    pub max_dma_segment: u32,
 }
 
 /// A registered RDMA device.
@@ -176,6 +182,11 @@ impl<'a, T: Driver> Registration<'a, T> {
             GFP_KERNEL,
         )?;
         netdev.as_ref().register()?;
+
+        // SAFETY: `parent` is a bound device, so its `dma_parms` are valid; no DMA mapping on it
+        // can run concurrently: the device is not registered yet, and the driver maps nothing
+        // itself while it registers.
+        unsafe { bindings::dma_set_max_seg_size(parent.as_raw(), params.max_dma_segment) };
 
         // SAFETY: The device is fully set up; `parent` is a bound device, used for DMA mapping.
         to_result(unsafe {

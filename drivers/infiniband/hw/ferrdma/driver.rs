@@ -179,6 +179,9 @@ impl pci::Driver for FerrdmaDriver {
             node_guid: ibdev::node_guid(mac),
             num_comp_vectors: nvec.saturating_sub(1).max(1),
             netdev_mac: mac,
+            // An SGE describes up to a whole message; kernel ULPs (NVMe-oF) map merged
+            // segments well beyond the PCI default of 64 KiB.
+            max_dma_segment: caps.max_msg_size.min(hw::MAX_MSG_SIZE),
         };
         // SAFETY: The registration is stored in the driver data, which the driver core drops
         // when the device is unbound; it is never leaked.

@@ -1977,12 +1977,35 @@ struct kv_check {
 	bool setup;	/* a failure skips everything after it */
 };
 
+/*
+ * Kernel ULPs map scatterlists on the device's DMA device (ib_dma_map_sg), which merges
+ * adjacent pages into segments up to its max_segment_size; one SGE describes up to a whole
+ * message, so that limit must not be below the port's max_msg_sz (the PCI default is 64 KiB:
+ * NVMe-oF's 1 MiB transfers mapped merged segments of more, which DMA-API debug reported).
+ */
+static int check_dma_max_seg_size(struct kv *t)
+{
+	struct ib_port_attr pa;
+	unsigned int seg = ib_dma_max_seg_size(t->ib);
+	int r;
+
+	r = ib_query_port(t->ib, t->port, &pa);
+	if (r)
+		return FAIL("ib_query_port: %d", r);
+	if (seg < pa.max_msg_sz)
+		return FAIL("DMA max segment size %u is below the port's max_msg_sz %u", seg,
+			    pa.max_msg_sz);
+	pr_info(KV "# DMA max segment size %u, max_msg_sz %u\n", seg, pa.max_msg_sz);
+	return 0;
+}
+
 static const struct kv_check kv_checks[] = {
 	{ "find_roce_v2_gid", setup_gid, true },
 	{ "alloc_pd_and_map_buffers", setup_pd_buffers, true },
 	{ "alloc_cqs", setup_cqs, true },
 	{ "create_qps", setup_qps, true },
 	{ "connect_rc_and_ud", setup_connect, true },
+	{ "dma_max_seg_size_covers_a_message", check_dma_max_seg_size },
 	{ "send_1B", check_send_1b },
 	{ "send_4KiB_softirq_to_direct", check_send_4k_reverse },
 	{ "send_64KiB", check_send_64k },
