@@ -14,7 +14,7 @@ use signal_hook::iterator::Signals;
 use ferrdma_nic::fabric::control;
 use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
-use ferrdma_nic::fabric::pcapcheck;
+use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -34,6 +34,12 @@ struct Cli {
     /// Write every frame the switch forwards to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+
+    /// Bytes of each frame kept in the --pcap file (128..=65535): the default keeps whole
+    /// frames, which --check-pcap needs for the ICRC; 128 keeps every header.
+    #[arg(long, value_name = "BYTES", default_value_t = pcap::SNAPLEN, requires = "pcap",
+          value_parser = clap::value_parser!(u32).range(pcap::MIN_SNAPLEN as i64..=pcap::SNAPLEN as i64))]
+    pcap_snaplen: u32,
 
     /// Ethernet MAC of the NIC on the socket at the same position (aa:bb:cc:dd:ee:ff). The
     /// driver binds the RDMA port to the guest network device with this MAC. NICs without one
@@ -205,7 +211,11 @@ fn main() -> ExitCode {
             per_nic: cli.nic_faults.iter().copied().collect(),
             seed: cli.fault_seed,
         };
-        match Hub::start(&cli.lans, cli.pcap.as_deref(), attach, faults) {
+        let capture = cli.pcap.as_ref().map(|path| pcap::Capture {
+            path: path.clone(),
+            snaplen: cli.pcap_snaplen,
+        });
+        match Hub::start(&cli.lans, capture.as_ref(), attach, faults) {
             Ok(hub) => {
                 if let Some(path) = &cli.control {
                     let (listener, file) = match bind(path) {

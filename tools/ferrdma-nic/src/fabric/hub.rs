@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use thiserror::Error;
 
 use super::control::{self, Command, PortRef, Reply};
 use super::fault::{FaultConfig, FaultCounters, Link};
-use super::pcap::PcapWriter;
+use super::pcap::{Capture, PcapWriter};
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
 use crate::server::{bind, ServeError, SocketFile};
@@ -158,7 +158,7 @@ impl Hub {
     /// and start the threads.
     pub fn start(
         lans: &[PathBuf],
-        pcap: Option<&Path>,
+        pcap: Option<&Capture>,
         nics: Vec<NicAttachment>,
         faults: Faults,
     ) -> Result<Self, HubError> {
@@ -168,15 +168,13 @@ impl Hub {
             bound.push((listener, Arc::new(file)));
         }
         let pcap = match pcap {
-            Some(path) => {
-                let f = File::create(path).map_err(|source| HubError::Pcap {
-                    path: path.to_path_buf(),
+            Some(cap) => {
+                let err = |source| HubError::Pcap {
+                    path: cap.path.clone(),
                     source,
-                })?;
-                let w = PcapWriter::new(BufWriter::new(f)).map_err(|source| HubError::Pcap {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
+                };
+                let f = File::create(&cap.path).map_err(err)?;
+                let w = PcapWriter::with_snaplen(BufWriter::new(f), cap.snaplen).map_err(err)?;
                 Some(w)
             }
             None => None,
@@ -705,7 +703,10 @@ mod tests {
         let (a, b, cap) = (d.join("a.sock"), d.join("b.sock"), d.join("cap.pcap"));
         let hub = Hub::start(
             &[a.clone(), b.clone()],
-            Some(&cap),
+            Some(&Capture {
+                path: cap.clone(),
+                snaplen: 128,
+            }),
             vec![NicAttachment {
                 mac: [2, 0, 0, 0, 0, 9],
                 inbound: sync_channel(1).0,
@@ -749,6 +750,11 @@ mod tests {
         assert_eq!(ca.read(&mut byte).unwrap_or(0), 0);
         let pcap = std::fs::read(&cap).unwrap();
         assert!(pcap.len() >= 24 + 2 * (16 + 60));
+        assert_eq!(
+            &pcap[16..20],
+            &128u32.to_le_bytes(),
+            "the snap length asked for"
+        );
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -10,30 +10,50 @@ pub const MAGIC: u32 = 0xa1b2c3d4;
 pub const LINKTYPE_ETHERNET: u32 = 1;
 /// Frames longer than this are truncated in the file (orig_len keeps the real length).
 pub const SNAPLEN: u32 = 65535;
+/// The shortest snap length a capture may use: Ethernet with an 802.1Q tag, an IPv6 header,
+/// UDP, BTH and the longest RoCEv2 extension header stack (RETH + ImmDt) still fit (98 bytes).
+pub const MIN_SNAPLEN: u32 = 128;
+
+/// Where the switch records the frames it forwards, and how much of each.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    pub path: std::path::PathBuf,
+    /// Bytes kept of each frame, [`MIN_SNAPLEN`]..=[`SNAPLEN`]. A full capture is needed to
+    /// check ICRCs; headers alone keep long test runs from writing gigabytes.
+    pub snaplen: u32,
+}
 
 pub struct PcapWriter<W: Write> {
     out: W,
+    snaplen: u32,
 }
 
 impl<W: Write> PcapWriter<W> {
-    /// Write the global header.
-    pub fn new(mut out: W) -> io::Result<Self> {
+    /// Write the global header; frames are kept whole (up to [`SNAPLEN`]).
+    pub fn new(out: W) -> io::Result<Self> {
+        Self::with_snaplen(out, SNAPLEN)
+    }
+
+    /// Write the global header; frames are cut to `snaplen` bytes, which is clamped to
+    /// [`MIN_SNAPLEN`]..=[`SNAPLEN`].
+    pub fn with_snaplen(mut out: W, snaplen: u32) -> io::Result<Self> {
+        let snaplen = snaplen.clamp(MIN_SNAPLEN, SNAPLEN);
         let mut h = Vec::with_capacity(24);
         h.extend_from_slice(&MAGIC.to_le_bytes());
         h.extend_from_slice(&2u16.to_le_bytes());
         h.extend_from_slice(&4u16.to_le_bytes());
         h.extend_from_slice(&0i32.to_le_bytes()); // thiszone: UTC
         h.extend_from_slice(&0u32.to_le_bytes()); // sigfigs
-        h.extend_from_slice(&SNAPLEN.to_le_bytes());
+        h.extend_from_slice(&snaplen.to_le_bytes());
         h.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
         out.write_all(&h)?;
-        Ok(PcapWriter { out })
+        Ok(PcapWriter { out, snaplen })
     }
 
     /// Record one frame with an explicit timestamp.
     pub fn write_at(&mut self, frame: &[u8], ts_sec: u32, ts_usec: u32) -> io::Result<()> {
         let orig = u32::try_from(frame.len()).unwrap_or(u32::MAX);
-        let incl = orig.min(SNAPLEN);
+        let incl = orig.min(self.snaplen);
         let mut h = [0u8; 16];
         h[0..4].copy_from_slice(&ts_sec.to_le_bytes());
         h[4..8].copy_from_slice(&ts_usec.to_le_bytes());
@@ -94,6 +114,31 @@ mod tests {
         assert_eq!(&r2[8..12], &SNAPLEN.to_le_bytes());
         assert_eq!(&r2[12..16], &70_000u32.to_le_bytes());
         assert_eq!(out.len(), 56 + f1.len() + SNAPLEN as usize);
+    }
+
+    #[test]
+    fn snaplen_cuts_frames_and_is_clamped() {
+        let mut w = PcapWriter::with_snaplen(Vec::new(), 200).unwrap();
+        let f: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
+        w.write_at(&f, 1, 2).unwrap();
+        let short = plain(A, B);
+        w.write_at(&short, 1, 2).unwrap();
+        let out = w.into_inner();
+        assert_eq!(&out[16..20], &200u32.to_le_bytes());
+        assert_eq!(&out[32..36], &200u32.to_le_bytes());
+        assert_eq!(&out[36..40], &(f.len() as u32).to_le_bytes());
+        assert_eq!(&out[40..240], &f[..200]);
+        assert_eq!(&out[240 + 8..240 + 12], &(short.len() as u32).to_le_bytes());
+        assert_eq!(out.len(), 240 + 16 + short.len());
+        // Hostile or silly values are clamped, never a capture of nothing.
+        let w = PcapWriter::with_snaplen(Vec::new(), 0)
+            .unwrap()
+            .into_inner();
+        assert_eq!(&w[16..20], &MIN_SNAPLEN.to_le_bytes());
+        let w = PcapWriter::with_snaplen(Vec::new(), u32::MAX)
+            .unwrap()
+            .into_inner();
+        assert_eq!(&w[16..20], &SNAPLEN.to_le_bytes());
     }
 
     /// Needs `tshark` (apt-get install tshark). Writes RoCEv2 frames built by `crate::wire`

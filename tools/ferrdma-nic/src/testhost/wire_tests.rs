@@ -1525,7 +1525,11 @@ impl Running {
                 inbound: txb,
             },
         ];
-        let hub = Hub::start(std::slice::from_ref(&lan), Some(&cap), nics, faults).unwrap();
+        let capture = crate::fabric::pcap::Capture {
+            path: cap.clone(),
+            snaplen: crate::fabric::pcap::SNAPLEN,
+        };
+        let hub = Hub::start(std::slice::from_ref(&lan), Some(&capture), nics, faults).unwrap();
         let start = std::time::Instant::now();
         let a = Nic::with_clock(1, Clock::Real(start), 4 << 20);
         let b = Nic::with_clock(2, Clock::Real(start), 4 << 20);
