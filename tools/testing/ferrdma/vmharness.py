@@ -540,10 +540,69 @@ class FabricControl:
 ROCE_DIRECTION = re.compile(r"^roce ([0-9a-f:]{17}) -> ([0-9a-f:]{17}): (\d+) frames")
 
 
+PCAP_TOTAL = re.compile(r"^total \d+ frames: (\d+) RoCEv2")
+# Wireshark's finding on UDP checksum 0 over IPv6. Linux rxe sends RoCEv2 that way (RFC 6935
+# allows a zero checksum for tunnel protocols); the NIC accepts it, so it is not a defect.
+ZERO_UDP6_CHECKSUM = "Illegal checksum value (0)"
+
+
+def tshark_check(pcap: str, roce: int, logdir: str,
+                 progress: Callable[[str], None]) -> list[str]:
+    """Wireshark's view of the capture (output in <logdir>/tshark-check.log): it must dissect
+    as InfiniBand (RoCEv2) exactly the `roce` frames the NIC's checker counted, none of them
+    malformed and none with an expert finding of warning or worse, except the zero UDP
+    checksum of IPv6 frames from rxe. Wireshark does not verify the ICRC; the NIC's checker
+    does. Returns the problems found."""
+    import subprocess
+    # The RPC-over-RDMA heuristic dissector tries every SEND payload as an RPC header and
+    # calls test patterns malformed; that is not about the RoCE packet.
+    base = ["tshark", "-n", "--disable-protocol", "rpcordma", "-r", pcap]
+    runs = {
+        "count": ["-Y", "infiniband", "-T", "fields", "-e", "frame.number"],
+        "findings": ["-Y", "infiniband && (_ws.malformed || _ws.expert.severity >= warning)",
+                     "-T", "fields", "-E", "separator=|", "-e", "frame.number", "-e", "ipv6.src",
+                     "-e", "udp.checksum", "-e", "_ws.malformed", "-e", "_ws.expert.message"],
+    }
+    out = {}
+    for name, args in runs.items():
+        try:
+            p = subprocess.run(base + args, stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=600)
+        except FileNotFoundError:
+            return ["tshark is missing (scripts/sysroot-packages.txt lists it: rebuild the "
+                    "sysroot)"]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return [f"tshark on {pcap}: {e}"]
+        if p.returncode != 0:
+            return [f"tshark on {pcap} failed (status {p.returncode}): {p.stderr.strip()[-300:]}"]
+        out[name] = p.stdout.splitlines()
+    findings = []
+    for line in out["findings"]:
+        number, src6, csum, malformed, messages = (line.split("|") + [""] * 5)[:5]
+        if (src6 and int(csum or "1", 0) == 0 and not malformed
+                and set(messages.split(",")) == {ZERO_UDP6_CHECKSUM}):
+            continue
+        findings.append(f"frame {number}: {malformed or messages}")
+    dissected = len(out["count"])
+    with open(os.path.join(logdir, "tshark-check.log"), "w") as f:
+        f.write(f"{dissected} frames dissected as InfiniBand (RoCEv2); the NIC counted {roce}\n")
+        f.write(f"{len(out['findings']) - len(findings)} IPv6 frames with UDP checksum 0\n")
+        f.writelines(ln + "\n" for ln in findings)
+    progress(f"tshark: {dissected} RoCEv2 frames dissected, {len(findings)} findings")
+    problems = []
+    if dissected != roce:
+        problems.append(f"tshark dissected {dissected} frames as RoCEv2, the NIC's checker {roce}")
+    if findings:
+        problems.append(f"tshark: {len(findings)} RoCEv2 frames malformed or with an expert "
+                        f"finding, first: {findings[0]} (see {logdir}/tshark-check.log)")
+    return problems
+
+
 def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None]) -> list[str]:
     """Runs `nic --check-pcap <logdir>/fabric.pcap` (output in <logdir>/pcap-check.log):
-    every RoCEv2 frame must parse and pass the ICRC check; with two VMs, RoCEv2 frames must
-    have gone both ways between node 1's and node 2's MAC. Returns the problems found."""
+    every RoCEv2 frame must parse and pass the ICRC check; then tshark must agree
+    (tshark_check); with two VMs, RoCEv2 frames must have gone both ways between node 1's
+    and node 2's MAC. Returns the problems found."""
     import subprocess
     pcap = os.path.join(logdir, "fabric.pcap")
     out_path = os.path.join(logdir, "pcap-check.log")
@@ -562,6 +621,9 @@ def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None])
         bad = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith(("bad", "error"))]
         problems.append(f"pcap check failed (status {p.returncode}): "
                         f"{bad[0] if bad else 'see ' + out_path}")
+    total = next(filter(None, map(PCAP_TOTAL.match, p.stdout.splitlines())), None)
+    if total is not None:
+        problems += tshark_check(pcap, int(total.group(1)), logdir, progress)
     if vms == 2:
         seen = {(m.group(1), m.group(2)): int(m.group(3))
                 for m in map(ROCE_DIRECTION.match, p.stdout.splitlines()) if m}
