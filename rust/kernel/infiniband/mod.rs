@@ -131,8 +131,10 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Ok(())
     }
 
-    /// The network device port 1 is bound to went up (`true`) or down, or was bound with
-    /// that state. Process context, under RTNL; the default does nothing.
+    /// The link state of the network device port 1 is bound to: `true` when it is up and has
+    /// a carrier. Called when it was bound and whenever the state may have changed (so the
+    /// same state can be reported again). Process context, under RTNL; the default does
+    /// nothing.
     fn netdev_link(_data: &Self::RegistrationData<'_>, _up: bool) {}
 
     /// Interrupt `vector` of the registration's [`Msix`] vectors fired. Hard IRQ context.

@@ -6,9 +6,12 @@
 //! device through them, so the port must follow its network device: bound when a device with
 //! the MAC registers (or an existing one is found at registration: the notifier replays
 //! `NETDEV_REGISTER` for every existing device), rebound when addresses change, and unbound on
-//! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires. The bound device going up or
-//! down is passed on to the provider (`on_link`): on a converged NIC the RDMA port shares
-//! the Ethernet port, so taking the interface down takes the RDMA link down too.
+//! `NETDEV_UNREGISTER`, as `ib_device_set_netdev()` requires. The bound device's link state
+//! (up and with a carrier, as `ib_get_curr_port_state()` sees it) is passed on to the provider
+//! (`on_link`) whenever it may have changed: on a converged NIC the RDMA port shares the
+//! Ethernet port, so taking the interface down or losing the carrier (a pulled cable) takes
+//! the RDMA link down too. ib_core itself reports the port events (`IB_EVENT_PORT_ERR`,
+//! `IB_EVENT_PORT_ACTIVE`) from the same netdev notifications.
 
 use crate::ffi::{c_int, c_void};
 use crate::{bindings, error::to_result, prelude::*, types::Opaque};
@@ -120,19 +123,20 @@ impl NetdevBinding {
             bindings::netdev_cmd_NETDEV_REGISTER | bindings::netdev_cmd_NETDEV_CHANGEADDR => {
                 if this.matches(ndev) {
                     this.set(ndev);
-                    // SAFETY: `ndev` is valid in its notifier call.
-                    let up = unsafe { (*ndev).flags } & bindings::net_device_flags_IFF_UP != 0;
                     // SAFETY: The binding's device; the notifier is unregistered before the
-                    // registration data goes.
-                    unsafe { (this.on_link)(this.ib, up) };
+                    // registration data goes. `ndev` is valid in its notifier call.
+                    unsafe { (this.on_link)(this.ib, link_up(ndev)) };
                 } else if this.is_bound_to(ndev) {
                     this.set(core::ptr::null_mut());
                 }
             }
-            ev @ (bindings::netdev_cmd_NETDEV_UP | bindings::netdev_cmd_NETDEV_DOWN) => {
+            // NETDEV_CHANGE: the carrier came or went (among other flag changes).
+            bindings::netdev_cmd_NETDEV_UP
+            | bindings::netdev_cmd_NETDEV_DOWN
+            | bindings::netdev_cmd_NETDEV_CHANGE => {
                 if this.is_bound_to(ndev) {
                     // SAFETY: As above.
-                    unsafe { (this.on_link)(this.ib, ev == bindings::netdev_cmd_NETDEV_UP) };
+                    unsafe { (this.on_link)(this.ib, link_up(ndev)) };
                 }
             }
             bindings::netdev_cmd_NETDEV_UNREGISTER => {
@@ -144,4 +148,14 @@ impl NetdevBinding {
         }
         bindings::NOTIFY_DONE as c_int
     }
+}
+
+/// Whether `ndev` can carry traffic: administratively up (running) and with a carrier.
+///
+/// # Safety
+///
+/// `ndev` must point to a valid `net_device`.
+unsafe fn link_up(ndev: *mut bindings::net_device) -> bool {
+    // SAFETY: The caller passes a valid device.
+    unsafe { bindings::ib_get_curr_port_state(ndev) == bindings::ib_port_state_IB_PORT_ACTIVE }
 }

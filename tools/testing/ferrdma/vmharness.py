@@ -406,8 +406,12 @@ def kernel_cmdline(cfg: Config) -> str:
     return " ".join(parts)
 
 
+def qmp_sock_path(sockdir: str, node: int) -> str:
+    return os.path.join(sockdir, f"qmp{node}.sock")
+
+
 def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
-              nic_sock: str | None) -> list[str]:
+              nic_sock: str | None, qmp_sock: str | None = None) -> list[str]:
     share = os.path.join(logdir, f"vm{node}")
     if cfg.accel == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
@@ -435,6 +439,9 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
         "-device", "virtio-9p-pci,fsdev=results,mount_tag=results",
         "-device", "virtio-rng-pci",
     ]
+    if qmp_sock is not None:
+        # The harness's handle on the VM's virtual hardware (the cable's carrier: set_link).
+        argv += ["-qmp", f"unix:{qmp_sock},server=on,wait=off"]
     # The LAN: node 1 listens on the stream socket, node 2 connects to it; with the fabric,
     # both connect to their own port of the fabric's switch.
     if cfg.fabric:
@@ -473,8 +480,13 @@ class FabricControl:
     answered, the last "ok" or "error: ...") to ID.rep, through a rename, so the guest never
     sees half a reply. Every exchange is logged in <logdir>/fabric-ctl.log."""
 
-    def __init__(self, sock: str, logdir: str, vms: int):
+    def __init__(self, sock: str, logdir: str, vms: int,
+                 nic_port: dict[int, int] | None = None, qmp: dict[int, str] | None = None):
         self.sock = sock
+        # Node -> the fabric's nic:K port of its ferrdma NIC (NICs are numbered in node order).
+        self.nic_port = nic_port or {}
+        # Node -> its QEMU's QMP socket.
+        self.qmp = qmp or {}
         self.log = os.path.join(logdir, "fabric-ctl.log")
         self.dirs = []
         for n in range(1, vms + 1):
@@ -504,6 +516,8 @@ class FabricControl:
         line = raw.decode("utf-8", errors="replace").strip()
         if len(raw) > CTL_LINE_MAX or "\n" in line:
             reply = ["error: the harness takes one line of at most 512 bytes"]
+        elif line.split()[:1] == ["cable"]:
+            reply = self.cable(line.split()[1:])
         else:
             reply = self.request(line)
         with open(self.log, "a") as log:
@@ -513,6 +527,29 @@ class FabricControl:
         with open(tmp, "w") as f:
             f.write("\n".join(reply) + "\n")
         os.rename(tmp, os.path.join(d, f"{ident}.rep"))
+
+    def cable(self, args: list[str]) -> list[str]:
+        """`cable NODE up|down`, the harness's own request: plugs or pulls node NODE's
+        cable. The fabric takes the links of its virtio-net (lan:NODE-1) and of its NIC's
+        RoCE engine (nic:K) up or down, and QEMU sets the virtio-net's link status (QMP
+        set_link), so the guest sees the carrier go and come back as with a real cable: the
+        netdev's NO-CARRIER, the RDMA port's state and IB_EVENT_PORT_ERR/PORT_ACTIVE."""
+        if (len(args) != 2 or args[1] not in ("up", "down") or not args[0].isdigit()
+                or int(args[0]) not in self.qmp):
+            return [f"error: cable NODE up|down, NODE one of {sorted(self.qmp)}"]
+        node, up = int(args[0]), args[1] == "up"
+        ports = [f"lan:{node - 1}"]
+        if node in self.nic_port:
+            ports.append(f"nic:{self.nic_port[node]}")
+        # The fabric's links first, the carrier second, either way: when the guest sees the
+        # carrier come back, its frames get through.
+        reply = self.request(f"link {' '.join(ports)} {args[1]}")
+        if reply[-1:] != ["ok"]:
+            return reply
+        err = qmp_command(self.qmp[node], "set_link", {"name": "lan", "up": up})
+        if err:
+            return reply[:-1] + [f"error: QMP set_link on node {node}: {err}"]
+        return reply[:-1] + [f"node {node}: cable {args[1]} ({' '.join(ports)}, carrier)", "ok"]
 
     def request(self, line: str, timeout: float = 10.0) -> list[str]:
         """Sends one line to the control socket; returns the reply's lines."""
@@ -535,6 +572,41 @@ class FabricControl:
                     data += chunk
         except OSError as e:
             return [f"error: control socket {self.sock}: {e}"]
+
+
+def qmp_command(sock: str, command: str, arguments: dict, timeout: float = 10.0) -> str | None:
+    """Runs one QMP command on a QEMU's QMP socket; returns None on success, else the error."""
+    import json
+    import socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(sock)
+            f = s.makefile("rwb")
+
+            def exchange(msg: dict | None) -> dict:
+                if msg is not None:
+                    f.write(json.dumps(msg).encode() + b"\n")
+                    f.flush()
+                while True:  # skip asynchronous events
+                    line = f.readline()
+                    if not line:
+                        raise OSError("QEMU closed the QMP socket")
+                    reply = json.loads(line)
+                    if msg is None and "QMP" in reply:
+                        return reply
+                    if "return" in reply or "error" in reply:
+                        return reply
+
+            exchange(None)  # the greeting
+            for msg in ({"execute": "qmp_capabilities"},
+                        {"execute": command, "arguments": arguments}):
+                reply = exchange(msg)
+                if "error" in reply:
+                    return reply["error"].get("desc", str(reply["error"]))
+            return None
+    except (OSError, ValueError) as e:
+        return f"{sock}: {e}"
 
 
 ROCE_DIRECTION = re.compile(r"^roce ([0-9a-f:]{17}) -> ([0-9a-f:]{17}): (\d+) frames")
@@ -771,7 +843,12 @@ def run(cfg: Config) -> RunResult:
                 fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
                 _wait_for_socket(f"{lan_sock}.{cfg.vms}", fabric, 15.0)
                 _wait_for_socket(ctl_sock, fabric, 15.0)
-                fabric_ctl = FabricControl(ctl_sock, logdir, cfg.vms)
+                fabric_ctl = FabricControl(ctl_sock, logdir, cfg.vms,
+                                           nic_port={n: k for k, n in enumerate(
+                                               n for n in range(1, cfg.vms + 1)
+                                               if has_nic(cfg, n))},
+                                           qmp={n: qmp_sock_path(sockdir, n)
+                                                for n in range(1, cfg.vms + 1)})
                 for n in range(1, cfg.vms + 1):
                     if has_nic(cfg, n):
                         _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), fabric, 15.0)
@@ -790,7 +867,9 @@ def run(cfg: Config) -> RunResult:
             for i in range(cfg.vms):
                 nic_sock = (os.path.join(sockdir, f"nic{i + 1}.sock") if has_nic(cfg, i + 1)
                             else None)
-                qemus[i] = Child(f"vm{i + 1}", qemu_argv(cfg, i + 1, logdir, lan_sock, nic_sock),
+                qemus[i] = Child(f"vm{i + 1}",
+                                 qemu_argv(cfg, i + 1, logdir, lan_sock, nic_sock,
+                                           qmp_sock_path(sockdir, i + 1)),
                                  os.path.join(logdir, f"qemu{i + 1}.log"))
                 if i == 0 and cfg.vms > 1 and not cfg.fabric:
                     _wait_for_socket(lan_sock, qemus[0], 15.0)

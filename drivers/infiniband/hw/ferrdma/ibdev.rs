@@ -65,6 +65,10 @@ pub(crate) struct IbData<'a> {
     /// Ring registrations waiting for (or used by) their QP or CQ.
     #[pin]
     pub(crate) rings: Mutex<KVec<Arc<RingReg>>>,
+    /// The port link state last set with SET_PORT (`None` before the first): the netdev
+    /// notifications that report it come far more often than it changes.
+    #[pin]
+    link: Mutex<Option<bool>>,
 }
 
 /// Ids handed out to verbs objects.
@@ -182,6 +186,7 @@ impl<'a> IbData<'a> {
             }),
             tables <- new_spinlock_irq!(Tables::new()?),
             rings <- new_mutex!(KVec::new()),
+            link <- new_mutex!(None),
         }? Error)
     }
 
@@ -523,10 +528,15 @@ impl infiniband::Driver for FerrdmaIb {
     }
 
     fn netdev_link(data: &IbData<'_>, up: bool) {
-        // One port for LAN and RDMA: the interface going down takes the RDMA link with it
-        // (RC requests then fail with RETRY_EXC, as on a pulled cable).
-        if let Err(e) = data.set_link(up) {
-            pr_warn!("ferrdma: SET_PORT link {} failed: {:?}\n", up, e);
+        // One port for LAN and RDMA: the interface going down or losing its carrier takes
+        // the RDMA link with it (RC requests then fail with RETRY_EXC, as on a pulled cable).
+        let mut last = data.link.lock();
+        if *last == Some(up) {
+            return;
+        }
+        match data.set_link(up) {
+            Ok(()) => *last = Some(up),
+            Err(e) => pr_warn!("ferrdma: SET_PORT link {} failed: {:?}\n", up, e),
         }
     }
 

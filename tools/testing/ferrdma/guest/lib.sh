@@ -259,13 +259,11 @@ fabric_ctl() {
 	fail "fabric_ctl $*: no reply from the harness within 20s"
 }
 
-# fabric_cable NODE up|down [HAVE_NIC]: plugs or pulls node NODE's whole cable in one request:
-# the fabric ports of its virtio-net (lan:NODE-1) and, when NODE has a ferrdma NIC (HAVE_NIC=1,
-# the default), of its NIC's RoCE engine (nic:NODE-1; NICs are numbered in node order).
+# fabric_cable NODE up|down: plugs or pulls node NODE's cable in one request to the harness:
+# the fabric takes node NODE's ports (its virtio-net's lan:NODE-1 and, when it has a ferrdma
+# NIC, the NIC's RoCE engine) up or down, and QEMU switches the virtio-net's link (QMP
+# set_link), so NODE's eth0 loses its carrier and its RDMA port goes DOWN like on a real NIC.
 fabric_cable() {
-	local node=$1 state=$2 have_nic=${3:-1} ports
-	ports="lan:$((node - 1))"
-	[ "$have_nic" = 1 ] && ports+=" nic:$((node - 1))"
-	# shellcheck disable=SC2086 # two words on purpose
-	fabric_ctl link $ports "$state" > /dev/null || fail "fabric: link $ports $state refused"
+	local node=$1 state=$2
+	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
 }

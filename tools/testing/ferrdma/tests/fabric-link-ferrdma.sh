@@ -11,6 +11,8 @@
 #   long   for 8 s, with the default timeout 2^14 (67 ms a try, about 0.5 s in all): the
 #          client's WRITE completes with "transport retry counter exceeded" (status 12) and
 #          the tool exits non-zero; the server must end too, within a bound.
+# The pull is what the guest sees of a real one: node 2's eth0 loses its carrier and its RDMA
+# port goes DOWN (ib_core reports IB_EVENT_PORT_ERR), then both come back (PORT_ACTIVE).
 # The fabric's counters (stats) must show frames the down link swallowed; bad requests get
 # an error reply. Afterwards the VMs talk again (ping and a short ib_write_bw), no verbs
 # object is left, kmemleak is clean, and the harness checks for kernel splats.
@@ -34,12 +36,36 @@ if [ "$FERRDMA_NODE" = 1 ]; then
 	note "bad requests refused: $(tail -1 /tmp/bad.log)"
 fi
 
+# watch_link: follows node 2's eth0 carrier and RDMA port state for up to 60 s; prints
+# "carrier-and-port-down T" when both are down and then "carrier-and-port-up T" when both are
+# back (T: seconds since the start).
+watch_link() {
+	local t0=$SECONDS carrier state down=0
+	while ((SECONDS - t0 < 60)); do
+		carrier=$(cat /sys/class/net/eth0/carrier 2>/dev/null || echo 0)
+		state=$(cat /sys/class/infiniband/ferrdma0/ports/1/state)
+		if [ "$down" = 0 ] && [ "$carrier" = 0 ] && [[ $state == *DOWN* ]]; then
+			echo "carrier-and-port-down $((SECONDS - t0))"
+			down=1
+		elif [ "$down" = 1 ] && [ "$carrier" = 1 ] && [[ $state == *ACTIVE* ]]; then
+			echo "carrier-and-port-up $((SECONDS - t0))"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "timeout: carrier $carrier, port $state"
+}
+
 # outage NAME SECONDS QP_TIMEOUT EXPECT: ib_write_bw node 1 -> node 2 with -u QP_TIMEOUT for
 # 10 s; node 2's cable goes out for SECONDS in the middle. EXPECT: "ok" (both ends succeed) or
 # "retry-exceeded" (the client fails with status 12, the server ends too).
 outage() {
 	local name=$1 secs=$2 to=$3 expect=$4 pid rc=0 log=/tmp/$1.log t0
 	if [ "$FERRDMA_NODE" = 2 ]; then
+		stdbuf -oL ibv_asyncwatch -d ferrdma0 > "/tmp/$name.async" 2>&1 &
+		local awatch=$!
+		watch_link > "/tmp/$name.link" &
+		local lwatch=$!
 		timeout 90 ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -D 10 -u "$to" -F > "$log" 2>&1 &
 		pid=$!
 		wait_listen 18515
@@ -47,6 +73,17 @@ outage() {
 		t0=$SECONDS
 		wait "$pid" || rc=$?
 		note "$name: server ended after $((SECONDS - t0))s with status $rc"
+		wait "$lwatch" || { cat "/tmp/$name.link"; fail "$name: the link watcher failed"; }
+		kill "$awatch"; wait "$awatch" 2>/dev/null || true
+		note "$name: $(tr '\n' ' ' < "/tmp/$name.link")"
+		grep -q '^carrier-and-port-down ' "/tmp/$name.link" ||
+			{ cat "/tmp/$name.link"; fail "$name: eth0's carrier and the RDMA port never went down together"; }
+		grep -q '^carrier-and-port-up ' "/tmp/$name.link" ||
+			{ cat "/tmp/$name.link"; fail "$name: eth0's carrier and the RDMA port did not come back"; }
+		grep -q 'IBV_EVENT_PORT_ERR.*port 1' "/tmp/$name.async" &&
+			grep -q 'IBV_EVENT_PORT_ACTIVE.*port 1' "/tmp/$name.async" ||
+			{ cat "/tmp/$name.async"; fail "$name: no PORT_ERR then PORT_ACTIVE async event"; }
+		note "$name: async events: $(grep -o 'IBV_EVENT_PORT_[A-Z]*' "/tmp/$name.async" | tr '\n' ' ')"
 		[ "$rc" != 124 ] || { cat "$log"; fail "$name: the server still ran after 90s"; }
 		if [ "$expect" = ok ]; then
 			[ "$rc" = 0 ] || { cat "$log"; fail "$name: the server failed with status $rc"; }
