@@ -291,6 +291,65 @@ class FabricControlTest(unittest.TestCase):
         self.assertEqual(len(reply), 1)
         self.assertTrue(reply[0].startswith("error: control socket"))
 
+    def _fake_qmp(self, path, fail=False):
+        """A QMP server that answers the greeting, qmp_capabilities and one command (with an
+        event before the reply, as QEMU may send), recording the commands it got."""
+        import json
+        import socket
+        import threading
+        got = []
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(1)
+
+        def serve():
+            conn, _ = srv.accept()
+            with conn, srv:
+                f = conn.makefile("rwb")
+                f.write(b'{"QMP": {"version": {}, "capabilities": []}}\n')
+                f.flush()
+                for line in f:
+                    msg = json.loads(line)
+                    got.append(msg)
+                    f.write(b'{"event": "NIC_RX_FILTER_CHANGED", "data": {}}\n')
+                    if fail and msg["execute"] != "qmp_capabilities":
+                        f.write(b'{"error": {"class": "DeviceNotFound", "desc": "no lan"}}\n')
+                    else:
+                        f.write(b'{"return": {}}\n')
+                    f.flush()
+        threading.Thread(target=serve, daemon=True).start()
+        return got
+
+    def test_cable_pulls_the_fabric_ports_and_the_carrier(self):
+        q2 = os.path.join(self.dir, "qmp2.sock")
+        got = self._fake_qmp(q2)
+        # Node 2 has the only NIC: the fabric's nic:0.
+        ctl = vmharness.FabricControl(self.sock, self.dir, 2, nic_port={2: 0},
+                                      qmp={1: os.path.join(self.dir, "qmp1.sock"), 2: q2})
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        self.assertEqual(self._ask(ctl, d1, "c1", "cable 2 down\n"),
+                         ["node 2: cable down (lan:1 nic:0, carrier)", "ok"])
+        self.assertEqual(self.seen, ["link lan:1 nic:0 down"])
+        self.assertEqual([m["execute"] for m in got], ["qmp_capabilities", "set_link"])
+        self.assertEqual(got[1]["arguments"], {"name": "lan", "up": False})
+        # Bad requests reach neither the fabric nor QEMU.
+        for i, bad in enumerate(("cable 3 down", "cable 2 sideways", "cable two up", "cable 2")):
+            self.assertTrue(self._ask(ctl, d1, f"c{i + 2}", bad + "\n")[0].startswith("error:"))
+        self.assertEqual(len(self.seen), 1)
+        # A node without a QMP socket listening: the fabric part is done, the reply says what
+        # failed.
+        reply = self._ask(ctl, d1, "c9", "cable 1 up\n")
+        self.assertEqual(self.seen[-1], "link lan:0 up")
+        self.assertTrue(reply[-1].startswith("error: QMP set_link on node 1"), reply)
+
+    def test_cable_reports_a_qmp_error(self):
+        q1 = os.path.join(self.dir, "qmp1.sock")
+        self._fake_qmp(q1, fail=True)
+        ctl = vmharness.FabricControl(self.sock, self.dir, 1, qmp={1: q1})
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        self.assertEqual(self._ask(ctl, d1, "d1", "cable 1 down\n"),
+                         ["error: QMP set_link on node 1: no lan"])
+
     def test_nodes_with_a_nic(self):
         cfg = vmharness.Config(script="x", vms=2, nic="/bin/true", nic_nodes=(1,))
         self.assertEqual([vmharness.has_nic(cfg, n) for n in (1, 2)], [True, False])
@@ -299,3 +358,62 @@ class FabricControlTest(unittest.TestCase):
         self.assertEqual(vmharness.nic_nodes_text(cfg), "1,2")
         cfg = vmharness.Config(script="x", vms=2, nic=None, nic_nodes=(1,))
         self.assertEqual(vmharness.nic_nodes_text(cfg), "none")
+
+
+class TsharkCheckTest(unittest.TestCase):
+    """tshark_check passes a clean RoCEv2 capture and fails a malformed one or one where
+    tshark and the NIC's checker disagree on the RoCEv2 frames (needs tshark: the sysroot has
+    it; skipped on a host without it)."""
+
+    def setUp(self):
+        import shutil
+        import tempfile
+        if shutil.which("tshark") is None:
+            # The sysroot has it (scripts/sysroot-packages.txt); a host may not.
+            self.assertFalse(vmharness.in_sysroot(), "tshark is missing from the sysroot")
+            self.skipTest("tshark is not installed")
+        self.dir = tempfile.mkdtemp(prefix="ferrdma-selftest-")
+
+    def tearDown(self):
+        import shutil
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def _frame(udp_payload: bytes) -> bytes:
+        import struct
+        udp = struct.pack(">HHHH", 49152, 4791, 8 + len(udp_payload), 0) + udp_payload
+        ip = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0x4000, 64, 17,
+                                   0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])))
+        csum = sum(struct.unpack(">10H", ip))
+        csum = (csum & 0xffff) + (csum >> 16)
+        ip[10:12] = struct.pack(">H", ~csum & 0xffff)
+        eth = bytes.fromhex("525400fe1002525400fe10010800")
+        return eth + bytes(ip) + udp
+
+    def _pcap(self, name: str, frames: list[bytes]) -> str:
+        import struct
+        path = os.path.join(self.dir, name)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+            for fr in frames:
+                f.write(struct.pack("<IIII", 1, 0, len(fr), len(fr)) + fr)
+        return path
+
+    # BTH: RC SEND Only (0x04), P_Key 0xffff, destination QP 2, AckReq, PSN 5.
+    BTH = bytes.fromhex("0400ffff00000002800000 05".replace(" ", ""))
+
+    def test_a_clean_capture_passes(self):
+        pcap = self._pcap("good.pcap", [self._frame(self.BTH + b"data" + b"\0" * 4)] * 3)
+        self.assertEqual(vmharness.tshark_check(pcap, 3, self.dir, lambda _: None), [])
+
+    def test_a_count_mismatch_fails(self):
+        pcap = self._pcap("good.pcap", [self._frame(self.BTH + b"data" + b"\0" * 4)])
+        problems = vmharness.tshark_check(pcap, 2, self.dir, lambda _: None)
+        self.assertEqual(len(problems), 1)
+        self.assertIn("tshark dissected 1 frames as RoCEv2, the NIC's checker 2", problems[0])
+
+    def test_a_malformed_frame_fails(self):
+        pcap = self._pcap("bad.pcap", [self._frame(self.BTH[:6])])
+        problems = vmharness.tshark_check(pcap, 1, self.dir, lambda _: None)
+        self.assertTrue(any("malformed or with an expert finding" in p for p in problems),
+                        problems)
