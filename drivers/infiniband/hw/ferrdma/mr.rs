@@ -275,6 +275,33 @@ impl IbData<'_> {
         let pages = PageList::new(self.dev, &addrs, pgsz)?;
         drop(addrs);
 
+        let (_, stag) = self.alloc_stag(|stag| {
+            let mut cmd = hw::RegMr::decode(&[0; hw::RegMr::SIZE]);
+            cmd.hdr = header(hw::admin_op::REG_MR);
+            cmd.stag = stag;
+            cmd.pd = pd.id();
+            cmd.access = access;
+            cmd.page_shift = pgsz.trailing_zeros() as u8;
+            cmd.iova = req.iova;
+            cmd.length = req.length;
+            cmd.pages = pages.descriptor();
+            self.admin(&cmd.encode()).map(|_| ())
+        })?;
+        Ok(NewMr {
+            value: Mr::Mem {
+                stag,
+                _pages: pages,
+                _umem: umem,
+            },
+            lkey: stag,
+            rkey: stag,
+        })
+    }
+
+    /// Allocates a free MR table entry and the next consumer key, then lets `create` issue the
+    /// admin command that makes the MR under the new STag. The entry is given back if `create`
+    /// fails. Returns the entry's index and the STag.
+    fn alloc_stag(&self, create: impl FnOnce(u32) -> Result) -> Result<(u32, u32)> {
         let (index, key) = {
             let mut ids = self.ids.lock();
             let index = ids
@@ -285,28 +312,11 @@ impl IbData<'_> {
             (index, ids.mr_key)
         };
         let stag = stag(index, key);
-        let mut cmd = hw::RegMr::decode(&[0; hw::RegMr::SIZE]);
-        cmd.hdr = header(hw::admin_op::REG_MR);
-        cmd.stag = stag;
-        cmd.pd = pd.id();
-        cmd.access = access;
-        cmd.page_shift = pgsz.trailing_zeros() as u8;
-        cmd.iova = req.iova;
-        cmd.length = req.length;
-        cmd.pages = pages.descriptor();
-        if let Err(e) = self.admin(&cmd.encode()) {
+        if let Err(e) = create(stag) {
             self.ids.lock().mrs.free(index);
             return Err(e);
         }
-        Ok(NewMr {
-            value: Mr::Mem {
-                stag,
-                _pages: pages,
-                _umem: umem,
-            },
-            lkey: stag,
-            rkey: stag,
-        })
+        Ok((index, stag))
     }
 
     pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result {
@@ -349,25 +359,14 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         let pages = Coherent::<u64>::zeroed_slice(self.dev, max_num_sg as usize, GFP_KERNEL)?;
-        let (index, key) = {
-            let mut ids = self.ids.lock();
-            let index = ids
-                .mrs
-                .alloc_in(1, self.caps.max_mr.min(hw::MAX_MR))
-                .ok_or(ENOMEM)?;
-            ids.mr_key = ids.mr_key.wrapping_add(0x35);
-            (index, ids.mr_key)
-        };
-        let stag = stag(index, key);
-        let mut cmd = hw::AllocMr::decode(&[0; hw::AllocMr::SIZE]);
-        cmd.hdr = header(hw::admin_op::ALLOC_MR);
-        cmd.stag = stag;
-        cmd.pd = pd.id();
-        cmd.max_pages = max_num_sg;
-        if let Err(e) = self.admin(&cmd.encode()) {
-            self.ids.lock().mrs.free(index);
-            return Err(e);
-        }
+        let (index, stag) = self.alloc_stag(|stag| {
+            let mut cmd = hw::AllocMr::decode(&[0; hw::AllocMr::SIZE]);
+            cmd.hdr = header(hw::admin_op::ALLOC_MR);
+            cmd.stag = stag;
+            cmd.pd = pd.id();
+            cmd.max_pages = max_num_sg;
+            self.admin(&cmd.encode()).map(|_| ())
+        })?;
         Ok(NewMr {
             value: Mr::FastReg(FastRegMr {
                 index,

@@ -214,17 +214,7 @@ fn send_with_invalidate_and_local_invalidate() {
         MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE,
         0x1000,
     );
-    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND_INV,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 32)],
-            hdr_low: victim.stag,
-            ..Default::default()
-        },
-    );
+    r.send_inv(victim.stag, 32);
     let c = r.h.poll_cq(&mut r.cq_b);
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].qw[2] as u32, victim.stag, "invalidated STag reported");

@@ -60,6 +60,17 @@ impl Region {
     }
 }
 
+/// A FAST_REG WQE's qw2: `length` bytes over `npages` pages of `1 << page_shift` bytes, with MR
+/// rights `access`.
+fn qw2(length: u64, page_shift: u8, access: u32, npages: u32) -> u64 {
+    fast_reg_qw2(FastRegFields {
+        length,
+        page_shift,
+        access,
+        npages,
+    })
+}
+
 fn fast_reg(stag: u32, r: &Region, access: u32, npages: u32) -> Wr {
     Wr {
         opcode: sq_op::FAST_REG,
@@ -67,12 +78,7 @@ fn fast_reg(stag: u32, r: &Region, access: u32, npages: u32) -> Wr {
         hdr_low: stag,
         qw0: r.iova,
         qw1: r.list,
-        qw2: fast_reg_qw2(FastRegFields {
-            length: r.len,
-            page_shift: 12,
-            access,
-            npages,
-        }),
+        qw2: qw2(r.len, 12, access, npages),
         ..Default::default()
     }
 }
@@ -80,8 +86,13 @@ fn fast_reg(stag: u32, r: &Region, access: u32, npages: u32) -> Wr {
 /// A privileged rig with a fast-registration MR (index 5, key 0x01, max 8 pages) in PD 1
 /// and a 3-page region to map into it.
 fn rig() -> (Rig, Region) {
-    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
-    let c = alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 8);
+    rig_with(QP_FLAG_PRIVILEGED, 8)
+}
+
+/// [`rig`] with QPs made with `flags` and an MR of at most `max_pages` pages.
+fn rig_with(flags: u32, max_pages: u32) -> (Rig, Region) {
+    let mut r = Rig::rc_flags(flags);
+    let c = alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, max_pages);
     assert_eq!(c.status, admin_status::OK);
     let reg = region(&mut r.h, 3);
     (r, reg)
@@ -112,9 +123,10 @@ fn fast_reg_then_write_and_read_through_the_new_rkey() {
     let stag = (FR_INDEX << 8) | 0x02;
     // Before FAST_REG the MR is invalid: a WRITE through it is refused at the responder.
     let w = write_wr(stag, reg.iova, r.buf_a.sg(0, 16));
-    r.h.send(&mut r.a, &w);
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert_eq!(
+        r.first_error(&w),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
     // A fresh rig for the happy path (the failed WRITE put A in ERR).
     let (mut r, reg) = rig();
     let c = on_b(&mut r, &fast_reg(stag, &reg, ALL, 3));
@@ -152,12 +164,10 @@ fn fast_reg_then_write_and_read_through_the_new_rkey() {
     );
     assert_eq!(r.h.buf_read(&r.buf_a, 0x4000, 0x1800), tail);
     // One byte past the registered length is refused.
-    r.h.send(
-        &mut r.a,
-        &write_wr(stag, reg.iova + reg.len, r.buf_a.sg(0, 1)),
+    assert_eq!(
+        r.first_error(&write_wr(stag, reg.iova + reg.len, r.buf_a.sg(0, 1))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
     );
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
     assert!(r.h.guards_intact());
 }
 
@@ -175,9 +185,10 @@ fn local_inv_then_reregister_with_a_new_key_refuses_the_old_one() {
     };
     assert_eq!(on_b(&mut r, &inv(old)).error(), None);
     // Invalid now: the old key no longer works.
-    r.h.send(&mut r.a, &write_wr(old, reg.iova, r.buf_a.sg(0, 8)));
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert_eq!(
+        r.first_error(&write_wr(old, reg.iova, r.buf_a.sg(0, 8))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
 
     let (mut r, reg) = rig();
     assert_eq!(on_b(&mut r, &fast_reg(old, &reg, ALL, 3)).error(), None);
@@ -192,33 +203,22 @@ fn local_inv_then_reregister_with_a_new_key_refuses_the_old_one() {
     assert_eq!(c.error(), None);
     let q = r.h.query_qp(3);
     assert_eq!(q.attrs.state, qp_state::RTS);
+    let dst = r.buf_a.sg(0, 0x10);
+    let read = |key: u32| Wr {
+        opcode: sq_op::RDMA_READ,
+        signaled: true,
+        sges: vec![dst],
+        hdr_low: key,
+        qw2: small.iova,
+        ..Default::default()
+    };
     // The new key reads; writing is not granted any more.
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::RDMA_READ,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 0x10)],
-            hdr_low: new,
-            qw2: small.iova,
-            ..Default::default()
-        },
-    );
-    assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), None);
+    assert_eq!(r.first_error(&read(new)), None);
     // The old key is refused.
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::RDMA_READ,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 0x10)],
-            hdr_low: old,
-            qw2: small.iova,
-            ..Default::default()
-        },
+    assert_eq!(
+        r.first_error(&read(old)),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
     );
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
 }
 
 #[test]
@@ -229,9 +229,10 @@ fn write_with_the_new_key_lacking_rights_is_refused() {
         on_b(&mut r, &fast_reg(stag, &reg, MR_ACCESS_REMOTE_READ, 3)).error(),
         None
     );
-    r.h.send(&mut r.a, &write_wr(stag, reg.iova, r.buf_a.sg(0, 8)));
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert_eq!(
+        r.first_error(&write_wr(stag, reg.iova, r.buf_a.sg(0, 8))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
 }
 
 #[test]
@@ -239,25 +240,16 @@ fn send_with_invalidate_invalidates_a_fast_reg_rkey_at_the_responder() {
     let (mut r, reg) = rig();
     let stag = (FR_INDEX << 8) | 0x44;
     assert_eq!(on_b(&mut r, &fast_reg(stag, &reg, ALL, 3)).error(), None);
-    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND_INV,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 32)],
-            hdr_low: stag,
-            ..Default::default()
-        },
-    );
+    r.send_inv(stag, 32);
     assert_eq!(r.h.poll_cq(&mut r.cq_a)[0].error(), None);
     let c = r.h.poll_cq(&mut r.cq_b);
     assert_eq!(c[0].error(), None);
     assert_eq!(c[0].qw[3] >> cqe::STAG_INV & 1, 1, "{c:?}");
     assert_eq!(c[0].qw[2] as u32, stag);
-    r.h.send(&mut r.a, &write_wr(stag, reg.iova, r.buf_a.sg(0, 8)));
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert_eq!(
+        r.first_error(&write_wr(stag, reg.iova, r.buf_a.sg(0, 8))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
     // And it can be registered again.
     let (mut r2, reg2) = rig();
     assert_eq!(on_b(&mut r2, &fast_reg(stag, &reg2, ALL, 3)).error(), None);
@@ -324,12 +316,7 @@ fn fast_reg_of_a_reg_mr_mr_or_a_missing_one_fails() {
 
 #[test]
 fn fast_reg_on_a_user_qp_is_refused() {
-    let mut r = Rig::rc();
-    assert_eq!(
-        alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 8).status,
-        admin_status::OK
-    );
-    let reg = region(&mut r.h, 3);
+    let (mut r, reg) = rig_with(0, 8);
     refused(
         &mut r,
         &fast_reg((FR_INDEX << 8) | 2, &reg, ALL, 3),
@@ -339,12 +326,7 @@ fn fast_reg_on_a_user_qp_is_refused() {
 
 #[test]
 fn a_page_list_beyond_max_pages_is_refused() {
-    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
-    assert_eq!(
-        alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 2).status,
-        admin_status::OK
-    );
-    let reg = region(&mut r.h, 3);
+    let (mut r, reg) = rig_with(QP_FLAG_PRIVILEGED, 2);
     refused(
         &mut r,
         &fast_reg((FR_INDEX << 8) | 2, &reg, ALL, 3),
@@ -359,38 +341,17 @@ fn malformed_fast_reg_fields_are_refused() {
     let cases: Vec<(Spoil, u16)> = vec![
         // Page count too small for the length.
         (
-            Box::new(|w, r| {
-                w.qw2 = fast_reg_qw2(FastRegFields {
-                    length: r.len,
-                    page_shift: 12,
-                    access: ALL,
-                    npages: 2,
-                })
-            }),
+            Box::new(|w, r| w.qw2 = qw2(r.len, 12, ALL, 2)),
             flush::LOC_QP_OP,
         ),
         // Page shift 13.
         (
-            Box::new(|w, r| {
-                w.qw2 = fast_reg_qw2(FastRegFields {
-                    length: r.len,
-                    page_shift: 13,
-                    access: ALL,
-                    npages: 3,
-                })
-            }),
+            Box::new(|w, r| w.qw2 = qw2(r.len, 13, ALL, 3)),
             flush::LOC_QP_OP,
         ),
         // Length 0.
         (
-            Box::new(|w, _| {
-                w.qw2 = fast_reg_qw2(FastRegFields {
-                    length: 0,
-                    page_shift: 12,
-                    access: ALL,
-                    npages: 3,
-                })
-            }),
+            Box::new(|w, _| w.qw2 = qw2(0, 12, ALL, 3)),
             flush::LOC_QP_OP,
         ),
         // iova + length wraps.
@@ -448,9 +409,10 @@ fn alloc_mr_validates_and_dereg_ignores_the_key() {
         admin_status::NOT_FOUND
     );
     // Gone: the key is refused.
-    r.h.send(&mut r.a, &write_wr(0x507, reg.iova, r.buf_a.sg(0, 8)));
-    let c = r.h.poll_cq(&mut r.cq_a);
-    assert_eq!(c[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
+    assert_eq!(
+        r.first_error(&write_wr(0x507, reg.iova, r.buf_a.sg(0, 8))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
     // The index is free again, and a REG_MR MR still needs its key to be deregistered.
     assert_eq!(bad(&mut r, 0x502, 1, 1), (admin_status::OK, 0));
     assert_eq!(
@@ -461,20 +423,7 @@ fn alloc_mr_validates_and_dereg_ignores_the_key() {
 
 #[test]
 fn caps_report_the_fast_reg_page_limit() {
-    let mut h = Host::new();
-    let out = h.alloc(128, 8);
-    let st = h.admin(
-        QueryObject {
-            hdr: Host::hdr(admin_op::QUERY_CAPS),
-            out_len: 128,
-            out_addr: out,
-            ..Default::default()
-        }
-        .encode(),
-    );
-    assert_eq!(st, admin_status::OK);
-    let caps = Caps::decode(h.read(out, 128).as_slice().try_into().unwrap());
-    assert_eq!(caps.max_fast_reg_pages, MAX_FAST_REG_PAGES);
+    assert_eq!(Host::new().caps().max_fast_reg_pages, MAX_FAST_REG_PAGES);
 }
 
 #[test]

@@ -319,17 +319,7 @@ fn rkey_zero_and_invalidating_stag_zero_fail_like_unknown_stags() {
     );
     // SEND_INV of STag 0: the responder's invalidation fails.
     let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
-    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND_INV,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 8)],
-            hdr_low: LOCAL_DMA_STAG,
-            ..Default::default()
-        },
-    );
+    r.send_inv(LOCAL_DMA_STAG, 8);
     let c = r.h.poll_cq(&mut r.cq_b);
     assert_eq!(c[0].error(), Some((1, flush::LOC_QP_OP)));
 }

@@ -985,35 +985,34 @@ impl Host {
         idx
     }
 
-    pub fn stats(&mut self) -> Stats {
-        let out = self.alloc(128, 8);
+    /// Runs the query admin command `op` on object `id` into a fresh buffer of `N` bytes,
+    /// asserts it succeeded and returns the output.
+    fn query<const N: usize>(&mut self, op: u8, id: u32) -> [u8; N] {
+        let out = self.alloc(N as u64, 8);
         let st = self.admin(
             QueryObject {
-                hdr: Self::hdr(admin_op::QUERY_STATS),
-                out_len: 128,
+                hdr: Self::hdr(op),
+                id,
+                out_len: N as u32,
                 out_addr: out,
                 ..Default::default()
             }
             .encode(),
         );
         assert_eq!(st, 0);
-        Stats::decode(&self.read(out, 128).try_into().unwrap())
+        self.read(out, N).try_into().unwrap()
+    }
+
+    pub fn caps(&mut self) -> Caps {
+        Caps::decode(&self.query(admin_op::QUERY_CAPS, 0))
+    }
+
+    pub fn stats(&mut self) -> Stats {
+        Stats::decode(&self.query(admin_op::QUERY_STATS, 0))
     }
 
     pub fn query_qp(&mut self, id: u32) -> QpQueryOut {
-        let out = self.alloc(96, 8);
-        let st = self.admin(
-            QueryObject {
-                hdr: Self::hdr(admin_op::QUERY_QP),
-                id,
-                out_len: 96,
-                out_addr: out,
-                ..Default::default()
-            }
-            .encode(),
-        );
-        assert_eq!(st, 0);
-        QpQueryOut::decode(&self.read(out, 96).try_into().unwrap())
+        QpQueryOut::decode(&self.query(admin_op::QUERY_QP, id))
     }
 
     pub fn object(op: u8, id: u32) -> [u8; 128] {
@@ -1098,6 +1097,22 @@ impl Rig {
     pub fn first_error(&mut self, wr: &Wr) -> Option<(u16, u16)> {
         self.h.send(&mut self.a, wr);
         self.h.poll_cq(&mut self.cq_a)[0].error()
+    }
+
+    /// Posts a 64-byte receive on QP B and a SEND with invalidate of `stag` carrying the
+    /// first `len` bytes of `buf_a` on QP A.
+    pub fn send_inv(&mut self, stag: u32, len: u32) {
+        self.h.post_recv(&mut self.b, &[self.buf_b.sg(0, 64)]);
+        self.h.send(
+            &mut self.a,
+            &Wr {
+                opcode: sq_op::SEND_INV,
+                signaled: true,
+                sges: vec![self.buf_a.sg(0, len)],
+                hdr_low: stag,
+                ..Default::default()
+            },
+        );
     }
 }
 

@@ -356,6 +356,20 @@ impl Net {
         }
         false
     }
+
+    /// Runs the wire until A's send CQ holds a completion and, if `recv`, B's receive CQ too
+    /// (B's receive CQ is polled only then); returns what A's send CQ and B's receive CQ gave.
+    fn complete(&mut self, recv: bool) -> (Vec<Cqe>, Vec<Cqe>) {
+        let (mut sc, mut rc) = (Vec::new(), Vec::new());
+        assert!(self.run(|n| {
+            sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+            if recv {
+                rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
+            }
+            !sc.is_empty() && (!recv || !rc.is_empty())
+        }));
+        (sc, rc)
+    }
 }
 
 /// Operations the tests run.
@@ -630,11 +644,7 @@ fn peer_gone_exhausts_retries() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::RETRY_EXC)));
     // Three timeouts of 4.096 us * 2^14 each: the first send plus two retries.
     let waited = net.now() - t0;
@@ -672,11 +682,7 @@ fn peer_link_down_exhausts_retries_and_link_up_restores_delivery() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::RETRY_EXC)));
     assert!(aeq_codes(&mut net.a).contains(&ae::QP_RETRY_EXCEEDED));
     assert!(aeq_codes(&mut net.b).contains(&ae::PORT_DOWN));
@@ -703,11 +709,7 @@ fn no_receive_exhausts_rnr_retries() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(
         sc[0].error(),
         Some((cqe::MAJERR_FLUSH, flush::RNR_RETRY_EXC))
@@ -743,12 +745,7 @@ fn rnr_then_receive_posted_completes() {
     assert!(net.b.h.stats().rnr_naks >= 2);
     let sg = net.b.dst.sg(0, 4000);
     net.b.h.post_recv(&mut net.b.qp, &[sg]);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), None);
     assert_eq!(rc[0].len(), 3000);
     assert_eq!(net.b.h.read(net.b.dst.gpa, 3000), data);
@@ -766,11 +763,7 @@ fn remote_access_error_hits_both_sides() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
     assert!(aeq_codes(&mut net.a).contains(&ae::QP_REMOTE_ERROR));
     assert!(aeq_codes(&mut net.b).contains(&ae::QP_REMOTE_ACCESS));
@@ -790,12 +783,7 @@ fn receive_too_small_is_an_invalid_request() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_INV_REQ)));
     assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::LOC_LEN)));
     assert!(aeq_codes(&mut net.b).contains(&ae::QP_INVALID_REQUEST));
@@ -815,12 +803,7 @@ fn send_with_invalidate_over_the_wire() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), None);
     assert_eq!(rc[0].error(), None);
     assert_eq!(rc[0].qw[2] as u32, target, "invalidated STag reported");
@@ -834,11 +817,7 @@ fn send_with_invalidate_over_the_wire() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
 }
 
@@ -900,11 +879,7 @@ fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), None);
     // iova offset 0x400 + 0x200 = 0x600 into page 0 (d + 0x2000), and so on.
     let mut got = net.b.h.read(d + 0x2600, 0xa00);
@@ -922,12 +897,7 @@ fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &inv);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!((sc[0].error(), rc[0].error()), (None, None));
     assert_eq!(rc[0].qw[2] as u32, stag, "invalidated STag reported");
     let rd = Wr {
@@ -939,11 +909,7 @@ fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &rd);
-    let mut sc = Vec::new();
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        !sc.is_empty()
-    }));
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
 }
 
@@ -979,12 +945,7 @@ fn ud_over_the_wire_delivers_the_ipv4_header_in_the_grh_slot() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.ud, &wr);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), None);
     let c = rc[0];
     assert_eq!(c.error(), None);
@@ -1655,12 +1616,7 @@ fn gsi_qp1_to_qp1_over_the_wire() {
         ..Default::default()
     };
     net.a.h.send(&mut ga, &wr);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), None);
     assert_eq!((rc[0].error(), rc[0].len()), (None, 296));
     assert_eq!(rc[0].qp_id(), 1);
@@ -1817,12 +1773,7 @@ fn receive_buffer_fault_is_a_remote_operational_error() {
         ..Default::default()
     };
     net.a.h.send(&mut net.a.qp, &wr);
-    let (mut sc, mut rc) = (Vec::new(), Vec::new());
-    assert!(net.run(|n| {
-        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-        rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-        !sc.is_empty() && !rc.is_empty()
-    }));
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_OP)));
     assert_eq!(rc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
     assert!(aeq_codes(&mut net.b).contains(&ae::QP_LOCAL_ACCESS));
@@ -1969,16 +1920,6 @@ fn privileged_qps_use_local_dma_stag_over_the_wire() {
     let a_buf = net.a.h.alloc(u64::from(len), 4096);
     let b_buf = net.b.h.alloc(u64::from(len), 4096);
     net.a.h.write(a_buf, &data);
-    // Drives the wire until A's send CQ (and B's receive CQ if `recv`) report.
-    let complete = |net: &mut Net, recv: bool| {
-        let (mut sc, mut rc) = (Vec::new(), Vec::new());
-        assert!(net.run(|n| {
-            sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-            rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-            !sc.is_empty() && (!recv || !rc.is_empty())
-        }));
-        (sc, rc)
-    };
     // SEND: two bus-address SGEs into two bus-address receive SGEs.
     net.b
         .h
@@ -1992,7 +1933,7 @@ fn privileged_qps_use_local_dma_stag_over_the_wire() {
             ..Default::default()
         },
     );
-    let (sc, rc) = complete(&mut net, true);
+    let (sc, rc) = net.complete(true);
     assert_eq!(sc[0].error(), None);
     assert_eq!(
         (rc[0].error(), rc[0].len(), rc[0].qp_id()),
@@ -2012,7 +1953,7 @@ fn privileged_qps_use_local_dma_stag_over_the_wire() {
             ..Default::default()
         },
     );
-    let (sc, _) = complete(&mut net, false);
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), None);
     assert_eq!(net.b.h.read(net.b.dst.gpa, len as usize), data);
     // READ it back into a bus-address buffer on A.
@@ -2028,7 +1969,7 @@ fn privileged_qps_use_local_dma_stag_over_the_wire() {
             ..Default::default()
         },
     );
-    let (sc, _) = complete(&mut net, false);
+    let (sc, _) = net.complete(false);
     assert_eq!((sc[0].error(), sc[0].len()), (None, len));
     assert_eq!(net.a.h.read(back, len as usize), data);
     // STag 0 as an rkey names no MR on the responder, privileged or not.
@@ -2043,7 +1984,7 @@ fn privileged_qps_use_local_dma_stag_over_the_wire() {
             ..Default::default()
         },
     );
-    let (sc, _) = complete(&mut net, false);
+    let (sc, _) = net.complete(false);
     assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS)));
     assert!(aeq_codes(&mut net.b).contains(&ae::QP_REMOTE_ACCESS));
     assert_eq!(
@@ -2094,12 +2035,7 @@ fn privileged_local_dma_stag_outside_guest_memory_over_the_wire() {
                 ..Default::default()
             },
         );
-        let (mut sc, mut rc) = (Vec::new(), Vec::new());
-        assert!(net.run(|n| {
-            sc.extend(n.a.h.poll_cq(&mut n.a.scq));
-            rc.extend(n.b.h.poll_cq(&mut n.b.rcq));
-            !sc.is_empty() && (requester_side || !rc.is_empty())
-        }));
+        let (sc, rc) = net.complete(!requester_side);
         if requester_side {
             assert_eq!(sc[0].error(), Some((cqe::MAJERR_FLUSH, flush::PROT)));
             assert!(aeq_codes(&mut net.a).contains(&ae::QP_LOCAL_ACCESS));

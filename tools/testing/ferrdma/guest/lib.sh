@@ -199,6 +199,21 @@ wait_gid() {
 	fail "$1 has no RoCE v2 GID for $FERRDMA_IP"
 }
 
+# two_vms_up: the common start of a test between two ferrdma VMs: the NIC and 2 VMs are
+# required; kmemleak is cleared, ferrdma loaded and probed, ferrdma0's RoCE v2 GID index is
+# left in $gid, the peer answers pings (within 90 s) and both VMs meet at barrier "up".
+two_vms_up() {
+	need_nic
+	[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
+	kmemleak_clear
+	load_ferrdma
+	wait_probe 1 >/dev/null
+	# shellcheck disable=SC2034 # for the test script
+	gid=$(wait_gid ferrdma0)
+	ping_peer "$FERRDMA_PEER_IP" 90
+	barrier up 180
+}
+
 # wait_listen PORT: waits up to 20 s until something listens on TCP PORT (any address).
 wait_listen() {
 	local hex i

@@ -714,22 +714,15 @@ static int kv_local_inv(struct kv *t, struct kv_qp *q)
 }
 
 /*
- * Registers @len bytes at DMA address @dma in the fast-registration MR with @access, the way
- * a ULP does: LOCAL_INV of the previous registration, ib_map_mr_sg, a new key byte with
- * ib_update_fast_reg_key, IB_WR_REG_MR posted on @q (a QP of the MR's PD). The rkey is then
- * t->fr->rkey and the remote address of the first byte t->fr->iova (= @dma).
+ * Maps @len bytes at DMA address @dma into the fast-registration MR with ib_map_mr_sg, moves
+ * its key to the next key byte (ib_update_fast_reg_key) and fills @wr with the IB_WR_REG_MR
+ * that registers them with @access under that key; the caller posts it.
  */
-static int kv_fastreg(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int access)
+static int kv_reg_wr(struct kv *t, struct ib_reg_wr *wr, u64 dma, u32 len, int access)
 {
-	struct ib_reg_wr wr = {};
 	struct scatterlist sg;
-	int n, r;
+	int n;
 
-	if (t->fr_valid) {
-		r = kv_local_inv(t, q);
-		if (r)
-			return r;
-	}
 	sg_init_table(&sg, 1);
 	sg.length = len;
 	sg_dma_address(&sg) = dma;
@@ -741,14 +734,54 @@ static int kv_fastreg(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int acces
 		return FAIL("ib_map_mr_sg: iova 0x%llx length %llu, expected 0x%llx %u",
 			    t->fr->iova, t->fr->length, dma, len);
 	ib_update_fast_reg_key(t->fr, ib_inc_rkey(t->fr->rkey));
-	wr.wr.opcode = IB_WR_REG_MR;
-	wr.mr = t->fr;
-	wr.key = t->fr->rkey;
-	wr.access = access;
+	*wr = (struct ib_reg_wr){};
+	wr->wr.opcode = IB_WR_REG_MR;
+	wr->mr = t->fr;
+	wr->key = t->fr->rkey;
+	wr->access = access;
+	return 0;
+}
+
+/*
+ * Registers @len bytes at DMA address @dma in the fast-registration MR with @access, the way
+ * a ULP does: LOCAL_INV of the previous registration, ib_map_mr_sg, a new key byte with
+ * ib_update_fast_reg_key, IB_WR_REG_MR posted on @q (a QP of the MR's PD). The rkey is then
+ * t->fr->rkey and the remote address of the first byte t->fr->iova (= @dma).
+ */
+static int kv_fastreg(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int access)
+{
+	struct ib_reg_wr wr;
+	int r;
+
+	if (t->fr_valid) {
+		r = kv_local_inv(t, q);
+		if (r)
+			return r;
+	}
+	r = kv_reg_wr(t, &wr, dma, len, access);
+	if (r)
+		return r;
 	r = kv_post_wait(q, &wr.wr, IB_WC_REG_MR, "fast registration (IB_WR_REG_MR)");
 	if (!r)
 		t->fr_valid = true;
 	return r;
+}
+
+/*
+ * Posts a signaled RDMA @op (IB_WR_RDMA_WRITE or IB_WR_RDMA_READ) of the @nsge SGEs @s on @q to
+ * @raddr under @rkey and waits for its successful completion on @q's CQ.
+ */
+static int kv_rdma(struct kv_qp *q, enum ib_wr_opcode op, struct ib_sge *s, int nsge, u64 raddr,
+		   u32 rkey, const char *what)
+{
+	enum ib_wc_opcode wc_op = op == IB_WR_RDMA_READ ? IB_WC_RDMA_READ : IB_WC_RDMA_WRITE;
+	struct ib_wc wc;
+	u32 tag;
+	int r = kv_post_send(q->qp, op, s, nsge, IB_SEND_SIGNALED, 0, raddr, rkey, &tag);
+
+	if (r)
+		return FAIL("%s: ib_post_send: %d", what, r);
+	return kv_expect(q->cq, &wc, wc_op, tag, q->qp, -1, what);
 }
 
 /*
@@ -774,19 +807,14 @@ static int kv_need_rkey(struct kv *t, struct kv_qp *q, u64 dma, u32 len, int acc
 static int check_rdma_write(struct kv *t)
 {
 	struct ib_sge s[2] = { kv_sge(t, true, 100, 5000), kv_sge(t, true, 20000, 3192) };
-	struct ib_wc wc;
-	u32 tag, rkey;
+	u32 rkey;
 	int r = kv_need_rkey(t, &t->qb, t->dst_dma + 1000, 8192,
 			     IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE, &rkey);
 
 	if (r)
 		return r;
 	kv_prep(t, 7);
-	r = kv_post_send(t->qa.qp, IB_WR_RDMA_WRITE, s, 2, IB_SEND_SIGNALED, 0, t->dst_dma + 1000,
-			 rkey, &tag);
-	if (r)
-		return FAIL("ib_post_send: %d", r);
-	r = kv_expect(t->qa.cq, &wc, IB_WC_RDMA_WRITE, tag, t->qa.qp, -1, "write completion");
+	r = kv_rdma(&t->qa, IB_WR_RDMA_WRITE, s, 2, t->dst_dma + 1000, rkey, "write completion");
 	if (r)
 		return r;
 	r = kv_expect_quiet(t->qb.cq, "(an RDMA WRITE consumes no receive)");
@@ -842,19 +870,14 @@ static int check_rdma_write_with_imm(struct kv *t)
 static int check_rdma_read(struct kv *t)
 {
 	struct ib_sge s[2] = { kv_sge(t, false, 7, 10000), kv_sge(t, false, 20000, 6384) };
-	struct ib_wc wc;
-	u32 tag, rkey;
+	u32 rkey;
 	int r = kv_need_rkey(t, &t->qa, t->src_dma + 333, 16384, IB_ACCESS_REMOTE_READ, &rkey);
 
 	if (r)
 		return r;
 	kv_prep(t, 9);
 	/* qb reads 16 KiB of src (the "remote" buffer) into two pieces of dst. */
-	r = kv_post_send(t->qb.qp, IB_WR_RDMA_READ, s, 2, IB_SEND_SIGNALED, 0, t->src_dma + 333,
-			 rkey, &tag);
-	if (r)
-		return FAIL("ib_post_send: %d", r);
-	r = kv_expect(t->qb.cq, &wc, IB_WC_RDMA_READ, tag, t->qb.qp, -1, "read completion");
+	r = kv_rdma(&t->qb, IB_WR_RDMA_READ, s, 2, t->src_dma + 333, rkey, "read completion");
 	if (r)
 		return r;
 	r = kv_expect_quiet(t->qa.cq, "(an RDMA READ's responder)");
@@ -1522,12 +1545,7 @@ static int check_fastreg(struct kv *t)
 	rkey = t->fr->rkey;
 	kv_prep(t, 21);
 	s = kv_sge(t, true, 100, 20000);
-	r = kv_post_send(a.qp, IB_WR_RDMA_WRITE, &s, 1, IB_SEND_SIGNALED, 0, base, rkey, &tag);
-	if (r) {
-		r = FAIL("RDMA WRITE: ib_post_send: %d", r);
-		goto out;
-	}
-	r = kv_expect(cq, &wc, IB_WC_RDMA_WRITE, tag, a.qp, -1, "RDMA WRITE through the rkey");
+	r = kv_rdma(&a, IB_WR_RDMA_WRITE, &s, 1, base, rkey, "RDMA WRITE through the rkey");
 	if (r)
 		goto out;
 	kv_to_cpu(t);
@@ -1538,13 +1556,7 @@ static int check_fastreg(struct kv *t)
 		goto out;
 	/* Read 5000 bytes from the middle of the region back into dst at 60000. */
 	rs = kv_sge(t, false, 60000, 5000);
-	r = kv_post_send(a.qp, IB_WR_RDMA_READ, &rs, 1, IB_SEND_SIGNALED, 0, base + 7000, rkey,
-			 &tag);
-	if (r) {
-		r = FAIL("RDMA READ: ib_post_send: %d", r);
-		goto out;
-	}
-	r = kv_expect(cq, &wc, IB_WC_RDMA_READ, tag, a.qp, -1, "RDMA READ through the rkey");
+	r = kv_rdma(&a, IB_WR_RDMA_READ, &rs, 1, base + 7000, rkey, "RDMA READ through the rkey");
 	if (r)
 		goto out;
 	kv_to_cpu(t);
@@ -1576,12 +1588,7 @@ static int check_fastreg(struct kv *t)
 	}
 	kv_prep(t, 22);
 	s = kv_sge(t, true, 300, 4096);
-	r = kv_post_send(a.qp, IB_WR_RDMA_WRITE, &s, 1, IB_SEND_SIGNALED, 0, base, rkey, &tag);
-	if (r) {
-		r = FAIL("RDMA WRITE: ib_post_send: %d", r);
-		goto out;
-	}
-	r = kv_expect(cq, &wc, IB_WC_RDMA_WRITE, tag, a.qp, -1, "RDMA WRITE with the new key");
+	r = kv_rdma(&a, IB_WR_RDMA_WRITE, &s, 1, base, rkey, "RDMA WRITE with the new key");
 	if (r)
 		goto out;
 	kv_to_cpu(t);
@@ -1659,13 +1666,12 @@ static int check_fastreg_valid_mr(struct kv *t)
 {
 	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
 	struct kv_qp a = {}, b = {};
-	struct ib_reg_wr wr = {};
+	struct ib_reg_wr wr;
 	const struct ib_send_wr *bad = NULL;
-	struct scatterlist sg;
 	struct kv_cq *cq;
 	struct ib_wc wc;
 	u32 tag, first;
-	int r = 0, n;
+	int r = 0;
 
 	if (!t->fr)
 		return SKIP("the device has no IB_DEVICE_MEM_MGT_EXTENSIONS");
@@ -1678,22 +1684,11 @@ static int check_fastreg_valid_mr(struct kv *t)
 	if (r)
 		goto out;
 	first = t->fr->rkey;
-	sg_init_table(&sg, 1);
-	sg.length = 4096;
-	sg_dma_address(&sg) = t->dst_dma + 65536;
-	sg_dma_len(&sg) = 4096;
-	n = ib_map_mr_sg(t->fr, &sg, 1, NULL, PAGE_SIZE);
-	if (n != 1) {
-		r = FAIL("ib_map_mr_sg: %d", n);
+	r = kv_reg_wr(t, &wr, t->dst_dma + 65536, 4096, acc);
+	if (r)
 		goto out;
-	}
-	ib_update_fast_reg_key(t->fr, ib_inc_rkey(t->fr->rkey));
-	wr.wr.opcode = IB_WR_REG_MR;
 	wr.wr.send_flags = IB_SEND_SIGNALED;
 	wr.wr.wr_cqe = kv_newtag(&tag);
-	wr.mr = t->fr;
-	wr.key = t->fr->rkey;
-	wr.access = acc;
 	r = ib_post_send(b.qp, &wr.wr, &bad);
 	if (r) {
 		r = FAIL("ib_post_send: %d", r);

@@ -17,15 +17,7 @@
 # an error reply. Afterwards the VMs talk again (ping and a short ib_write_bw), no verbs
 # object is left, kmemleak is clean, and the harness checks for kernel splats.
 . "$FERRDMA_HARNESS/guest/lib.sh"
-need_nic
-[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
-
-kmemleak_clear
-load_ferrdma
-wait_probe 1 >/dev/null
-gid=$(wait_gid ferrdma0)
-ping_peer "$FERRDMA_PEER_IP" 90
-barrier up 180
+two_vms_up
 
 if [ "$FERRDMA_NODE" = 1 ]; then
 	note "fabric: $(fabric_ctl help | head -1)"

@@ -8,15 +8,7 @@
 # Node 2 serves, node 1 connects to it through node 2's RoCE v2 GID; every run must pass on
 # both sides and report its result rows. Then no objects are left and kmemleak is clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
-need_nic
-[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
-
-kmemleak_clear
-load_ferrdma
-wait_probe 1 >/dev/null
-gid=$(wait_gid ferrdma0)
-ping_peer "$FERRDMA_PEER_IP" 90
-barrier up 180
+two_vms_up
 
 step=0
 # run ROWS TOOL ARGS...: node 2 serves, node 1 connects; ROWS result rows (perftest) or 0.
