@@ -27,6 +27,8 @@ pub enum MapError {
     },
     #[error("size {0:#x} does not fit in this address space")]
     TooLarge(u64),
+    #[error("the DMA fd is not a regular file (memfd, tmpfs or hugetlbfs file)")]
+    NotRegular,
     #[error("fstat of the DMA fd failed: {0}")]
     Stat(#[source] std::io::Error),
     #[error("mmap failed: {0}")]
@@ -71,11 +73,38 @@ fn page_size() -> u64 {
     }
 }
 
+/// Whether the client can no longer shrink `file`, after trying to make it so.
+///
+/// Truncating a file that is mapped makes later accesses to the lost pages raise `SIGBUS`,
+/// which would end the whole process (every NIC). A memfd sealed with `F_SEAL_SHRINK` (QEMU's
+/// `memory-backend-memfd` seals by default) cannot shrink; a memfd that allows sealing but
+/// has no such seal yet gets one here (shrinking guest RAM that is mapped for DMA is never
+/// legitimate). Other files (tmpfs, hugetlbfs) cannot be sealed: `false`, and the caller
+/// warns.
+pub fn seal_shrink(file: &File) -> bool {
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own; F_GET_SEALS takes no pointer argument.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if seals < 0 {
+        return false;
+    }
+    if seals & libc::F_SEAL_SHRINK != 0 {
+        return true;
+    }
+    if seals & libc::F_SEAL_SEAL != 0 {
+        return false;
+    }
+    // SAFETY: as above; F_ADD_SEALS takes an integer argument.
+    unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) == 0 }
+}
+
 impl Mapping {
     /// Maps `size` bytes of `file` starting at `offset`. `writable` selects `PROT_WRITE`.
     ///
-    /// For regular files (memfd included) the range must lie inside the file, so later
-    /// accesses cannot fault with `SIGBUS` unless the client shrinks the file afterwards.
+    /// Only regular files (memfd included) are accepted, and the range must lie inside the
+    /// file, so later accesses cannot fault with `SIGBUS`: the size of a device file, a
+    /// socket or a pipe says nothing about what can be mapped. The client could still shrink
+    /// the file afterwards; [`seal_shrink`] closes that where the file allows it.
     pub fn new(file: &File, offset: u64, size: u64, writable: bool) -> Result<Self, MapError> {
         if size == 0 {
             return Err(MapError::Empty);
@@ -84,7 +113,10 @@ impl Mapping {
             .checked_add(size)
             .ok_or(MapError::Overflow { offset, size })?;
         let meta = file.metadata().map_err(MapError::Stat)?;
-        if meta.file_type().is_file() && end > meta.len() {
+        if !meta.file_type().is_file() {
+            return Err(MapError::NotRegular);
+        }
+        if end > meta.len() {
             return Err(MapError::BeyondFile {
                 offset,
                 size,
@@ -216,6 +248,16 @@ pub(crate) mod test_util {
         file.set_len(size).expect("set_len");
         file
     }
+
+    /// A pipe (read end, write end) for tests that need an fd which is not a regular file.
+    pub fn pipe() -> (File, File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two-element array on success.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+        // SAFETY: fresh owned descriptors.
+        unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+    }
 }
 
 #[cfg(test)]
@@ -279,5 +321,34 @@ mod tests {
             Mapping::new(&f, u64::MAX, 2, true),
             Err(MapError::Overflow { .. })
         ));
+        // A pipe has no size that bounds a mapping: refused before mmap.
+        let (r, _w) = test_util::pipe();
+        assert!(matches!(
+            Mapping::new(&r, 0, 4096, false),
+            Err(MapError::NotRegular)
+        ));
+    }
+
+    #[test]
+    fn shrink_seal_is_added_where_the_memfd_allows_it() {
+        use std::ffi::CString;
+        use std::os::fd::FromRawFd;
+        // The test memfd has no MFD_ALLOW_SEALING (F_SEAL_SEAL is set): cannot be sealed.
+        assert!(!seal_shrink(&memfd(4096)));
+        let name = CString::new("ferrdma-seal").unwrap();
+        // SAFETY: memfd_create with a valid C string; the fd is owned by the File.
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        assert!(fd >= 0);
+        // SAFETY: fresh owned descriptor.
+        let f = unsafe { File::from_raw_fd(fd) };
+        f.set_len(8192).unwrap();
+        assert!(seal_shrink(&f));
+        assert!(
+            f.set_len(4096).is_err(),
+            "the client can no longer shrink it"
+        );
+        assert!(seal_shrink(&f), "idempotent");
     }
 }
