@@ -190,7 +190,13 @@ pub fn serve(
     })?;
     log::info!("{name}: waiting for a vfio-user client");
     let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut shared)));
+    // Stop the engine thread first: afterwards nothing but this thread uses the device.
     drop(engine);
+    // Whatever ended the connection (a panic included: it cannot have happened inside a
+    // device operation, which never panics, and `SharedDevice::lock` tolerates poisoning),
+    // the client's memory is unmapped and its eventfds closed now, not whenever the last
+    // reference to the device goes.
+    shared.lock().disconnect();
     // Stop accepting and unlink the socket before reporting.
     drop(server);
     socket.remove();
@@ -200,7 +206,11 @@ pub fn serve(
             Ok(())
         }
         Ok(Err(e)) => Err(e.into()),
-        Err(p) => Err(ServeError::Panicked(panic_message(p.as_ref()))),
+        Err(p) => {
+            let msg = panic_message(p.as_ref());
+            log::warn!("{name}: the vfio-user library panicked on client input: {msg}");
+            Err(ServeError::Panicked(msg))
+        }
     }
 }
 
