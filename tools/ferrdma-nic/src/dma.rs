@@ -264,6 +264,11 @@ impl DmaSpace {
         bytes
     }
 
+    /// The mapped ranges (iova, size) in address order.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().map(|(&k, r)| (k, r.size)).collect()
+    }
+
     /// Bytes of fd-backed mappings (what counts against [`MAX_MAPPED_BYTES`]).
     pub fn mapped_bytes(&self) -> u64 {
         self.mapped_bytes

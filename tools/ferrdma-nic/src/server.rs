@@ -168,8 +168,7 @@ pub fn serve(
     fabric: Option<FabricLink>,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
-    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
-    let mut device = Device::new(name.clone());
+    let mut device = Device::new(name);
     device.set_mac(mac);
     let inbound = match fabric {
         Some(f) => {
@@ -183,7 +182,20 @@ pub fn serve(
             None
         }
     };
-    let mut shared = SharedDevice::new(device);
+    serve_device(listener, socket, SharedDevice::new(device), inbound)
+}
+
+/// The part of [`serve`] after the device is built: runs the engine thread and the
+/// protocol for one client, then cleans up. Tests call it with a device they keep a handle
+/// to, to check its state after hostile messages.
+pub(crate) fn serve_device(
+    listener: UnixListener,
+    socket: &SocketFile,
+    mut shared: SharedDevice,
+    inbound: Option<Receiver<Vec<u8>>>,
+) -> Result<(), ServeError> {
+    let name = socket.path().display().to_string();
+    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
     let engine = spawn_engine(&name, shared.clone(), inbound).map_err(|source| ServeError::Io {
         path: socket.path().to_path_buf(),
         source,
