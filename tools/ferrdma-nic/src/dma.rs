@@ -187,8 +187,11 @@ impl DmaSpace {
                         size,
                         mapped: self.mapped_bytes,
                     })?;
+                // Seal first, so the size check in Mapping::new cannot be undone by a
+                // truncation racing it.
+                let sealed = seal_shrink(f);
                 let m = Mapping::new(f, offset, size, perm.write)?;
-                if !seal_shrink(f) {
+                if !sealed {
                     log::warn!(
                         "DMA region {iova:#x}+{size:#x}: its file cannot be sealed against \
                          shrinking; if the client truncates it, a device access raises SIGBUS \
