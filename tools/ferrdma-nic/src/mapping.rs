@@ -29,6 +29,10 @@ pub enum MapError {
     TooLarge(u64),
     #[error("the DMA fd is not a regular file (memfd, tmpfs or hugetlbfs file)")]
     NotRegular,
+    #[error(
+        "the DMA fd's file system ({0:#x}) is not tmpfs or hugetlbfs (use a memfd or /dev/shm)"
+    )]
+    FileSystem(u64),
     #[error("fstat of the DMA fd failed: {0}")]
     Stat(#[source] std::io::Error),
     #[error("mmap failed: {0}")]
@@ -70,6 +74,30 @@ fn page_size() -> u64 {
         4096
     } else {
         v as u64
+    }
+}
+
+/// `statfs` magic of tmpfs (memfds live there too) and hugetlbfs.
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+
+/// Accepts only files whose pages the kernel itself provides. A page fault on a file of a
+/// FUSE mount is answered by a user-space daemon (possibly the client), one on NFS by a
+/// server: either could stall the device thread inside a memory copy, with the device lock
+/// held, for as long as it likes. On tmpfs and hugetlbfs a fault never leaves the kernel.
+fn check_file_system(file: &File) -> Result<(), MapError> {
+    // SAFETY: an all-zero statfs is a valid out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs fills `st` for a descriptor we own.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Err(MapError::Stat(std::io::Error::last_os_error()));
+    }
+    // f_type's C type differs between targets; the magic numbers are 32-bit.
+    let magic = (st.f_type as u64) & 0xffff_ffff;
+    if magic == TMPFS_MAGIC || magic == HUGETLBFS_MAGIC {
+        Ok(())
+    } else {
+        Err(MapError::FileSystem(magic))
     }
 }
 
@@ -116,6 +144,7 @@ impl Mapping {
         if !meta.file_type().is_file() {
             return Err(MapError::NotRegular);
         }
+        check_file_system(file)?;
         if end > meta.len() {
             return Err(MapError::BeyondFile {
                 offset,
@@ -327,6 +356,31 @@ mod tests {
             Mapping::new(&r, 0, 4096, false),
             Err(MapError::NotRegular)
         ));
+    }
+
+    #[test]
+    fn only_tmpfs_and_hugetlbfs_files_are_mapped() {
+        // A file where the crate is built: accepted only if that happens to be tmpfs.
+        let path = std::env::current_dir()
+            .unwrap()
+            .join(format!("target-fs-check-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        f.set_len(4096).unwrap();
+        let on_tmpfs = check_file_system(&f).is_ok();
+        let r = Mapping::new(&f, 0, 4096, true);
+        assert_eq!(r.is_ok(), on_tmpfs, "{:?}", r.err());
+        if !on_tmpfs {
+            assert!(matches!(r, Err(MapError::FileSystem(_))));
+        }
+        // A memfd lives on tmpfs.
+        assert!(check_file_system(&memfd(4096)).is_ok());
     }
 
     #[test]
