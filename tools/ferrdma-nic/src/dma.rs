@@ -10,7 +10,7 @@ use std::fs::File;
 
 use thiserror::Error;
 
-use crate::mapping::{seal_shrink, MapError, Mapping};
+use crate::mapping::{MapError, Mapping};
 
 /// At most this many live mappings per device; more is refused. Far below VFIO type1's
 /// 65535 on purpose: every fd-backed mapping is an `mmap` of this process, and the kernel's
@@ -187,17 +187,9 @@ impl DmaSpace {
                         size,
                         mapped: self.mapped_bytes,
                     })?;
-                // Seal first, so the size check in Mapping::new cannot be undone by a
-                // truncation racing it.
-                let sealed = seal_shrink(f);
+                // Mapping::new seals the file against shrinking or, if it cannot, avoids
+                // mmap (see mapping.rs).
                 let m = Mapping::new(f, offset, size, perm.write)?;
-                if !sealed {
-                    log::warn!(
-                        "DMA region {iova:#x}+{size:#x}: its file cannot be sealed against \
-                         shrinking; if the client truncates it, a device access raises SIGBUS \
-                         and ends the process"
-                    );
-                }
                 self.mapped_bytes = total;
                 Some(m)
             }
