@@ -16,8 +16,9 @@ use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 use crate::bar0::{Bar0, Bar0AccessError};
 use crate::config_space::{ConfigAccessError, ConfigSpace};
 use crate::dma::{BusMasterGate, DmaPerm, DmaSpace, MapRequestError};
+use crate::interface::DB_BAR_SIZE;
 use crate::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
-use crate::msix::{GatedMsix, InterruptSink, MsixError, MsixVectors};
+use crate::msix::{GatedMsix, MsixError, MsixVectors};
 use crate::msix_bar::{MsixBar, MsixBarAccessError};
 use crate::rdma::{Engine, Env};
 use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
@@ -32,6 +33,12 @@ pub const DMA_MAP_WRITE: u32 = 1 << 1;
 pub enum DeviceError {
     #[error("region {0} is not implemented")]
     NoSuchRegion(u32),
+    #[error("region {region} access {offset:#x}+{len:#x} is outside the region")]
+    OutOfRange {
+        region: u32,
+        offset: u64,
+        len: usize,
+    },
     #[error(transparent)]
     Config(#[from] ConfigAccessError),
     #[error(transparent)]
@@ -55,6 +62,13 @@ pub enum DeviceError {
         start: u32,
         count: u32,
     },
+}
+
+/// Whether `[offset, offset + len)` lies inside a region of `size` bytes.
+fn in_region(offset: u64, len: usize, size: usize) -> bool {
+    offset
+        .checked_add(len as u64)
+        .is_some_and(|end| end <= size as u64)
 }
 
 impl From<DeviceError> for std::io::Error {
@@ -233,11 +247,12 @@ impl Device {
             REGION_MSIX_BAR => self.msix_bar.read(offset, data)?,
             // The doorbell BAR is write-only.
             REGION_DB => {
-                if offset
-                    .checked_add(data.len() as u64)
-                    .is_none_or(|end| end > crate::interface::DB_BAR_SIZE as u64)
-                {
-                    return Err(DeviceError::NoSuchRegion(region));
+                if !in_region(offset, data.len(), DB_BAR_SIZE) {
+                    return Err(DeviceError::OutOfRange {
+                        region,
+                        offset,
+                        len: data.len(),
+                    });
                 }
                 data.fill(0);
             }
@@ -267,6 +282,15 @@ impl Device {
                 }
             }
             REGION_BAR0 | REGION_DB => {
+                // Doorbell writes of odd sizes are ignored (counted as spurious) like
+                // BAR0's, but one reaching past the BAR is refused, as a read is.
+                if region == REGION_DB && !in_region(offset, data.len(), DB_BAR_SIZE) {
+                    return Err(DeviceError::OutOfRange {
+                        region,
+                        offset,
+                        len: data.len(),
+                    });
+                }
                 let irq = GatedMsix {
                     vectors: &self.vectors,
                     enabled: self.config.msix_enabled(),
@@ -371,13 +395,8 @@ impl Device {
                 log::info!("{}: MSI-X vectors all unwired", self.name);
             }
             (VFIO_PCI_MSIX_IRQ_INDEX, IrqAction::Trigger, IrqData::None) => {
-                // Loopback: fire the wired vectors of the range.
-                let end = start
-                    .checked_add(count)
-                    .ok_or(MsixError::Range { start, count })?;
-                for v in start..end {
-                    self.vectors.raise(v)?;
-                }
+                // Loopback: fire the wired vectors of the range (all or none).
+                self.vectors.raise_range(start, count)?;
             }
             (VFIO_PCI_MSIX_IRQ_INDEX, IrqAction::Trigger, IrqData::Eventfds(fds)) => {
                 let wiring = !fds.is_empty();
@@ -419,6 +438,22 @@ impl Device {
         self.msix_bar = MsixBar::new();
         self.engine = Engine::new();
         log::info!("{}: reset", self.name);
+    }
+}
+
+impl Device {
+    /// The client is gone (disconnected, or its connection ended in an error or a panic of
+    /// the protocol library): drops its guest memory mappings and eventfds, so nothing of
+    /// the client's stays mapped or referenced whoever still holds the device, and resets
+    /// the engine so no timer touches memory again.
+    pub fn disconnect(&mut self) {
+        let bytes = self.dma.unmap_all();
+        self.vectors.clear();
+        self.reset();
+        log::info!(
+            "{}: client gone: {bytes:#x} bytes of guest memory unmapped",
+            self.name
+        );
     }
 }
 

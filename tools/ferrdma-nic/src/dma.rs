@@ -12,8 +12,16 @@ use thiserror::Error;
 
 use crate::mapping::{MapError, Mapping};
 
-/// At most this many live mappings (the VFIO type1 default); more is refused.
-pub const MAX_MAPPINGS: usize = 65535;
+/// At most this many live mappings per device; more is refused. Far below VFIO type1's
+/// 65535 on purpose: every fd-backed mapping is an `mmap` of this process, and the kernel's
+/// `vm.max_map_count` (65530 by default) is shared by all NICs, the allocator and thread
+/// stacks, so one client must not be able to use it up. QEMU maps a handful of RAM
+/// sections.
+pub const MAX_MAPPINGS: usize = 4096;
+/// At most this many bytes of fd-backed mappings per device (4 TiB): mappings take
+/// address space of the whole process (128 TiB on x86-64), which a client mapping a huge
+/// sparse file again and again would otherwise exhaust for every NIC.
+pub const MAX_MAPPED_BYTES: u64 = 1 << 42;
 
 /// Why a guest memory access failed.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -41,6 +49,8 @@ pub enum MapRequestError {
     Overlap { iova: u64, size: u64 },
     #[error("too many DMA mappings (limit {MAX_MAPPINGS})")]
     TooMany,
+    #[error("DMA region of {size:#x} bytes exceeds the {MAX_MAPPED_BYTES:#x} bytes a device may map ({mapped:#x} mapped)")]
+    TooLarge { size: u64, mapped: u64 },
     #[error("unmap {iova:#x}+{size:#x} would split the mapping at {region:#x}")]
     Split { iova: u64, size: u64, region: u64 },
     #[error("unsupported unmap flags {0:#x}")]
@@ -122,6 +132,8 @@ struct Segment<'a> {
 #[derive(Debug, Default)]
 pub struct DmaSpace {
     regions: BTreeMap<u64, Region>,
+    /// Sum of the sizes of the fd-backed regions (bounded by [`MAX_MAPPED_BYTES`]).
+    mapped_bytes: u64,
 }
 
 impl DmaSpace {
@@ -166,7 +178,21 @@ impl DmaSpace {
             }
         }
         let mapping = match file {
-            Some(f) => Some(Mapping::new(f, offset, size, perm.write)?),
+            Some(f) => {
+                let total = self
+                    .mapped_bytes
+                    .checked_add(size)
+                    .filter(|&t| t <= MAX_MAPPED_BYTES)
+                    .ok_or(MapRequestError::TooLarge {
+                        size,
+                        mapped: self.mapped_bytes,
+                    })?;
+                // Mapping::new seals the file against shrinking or, if it cannot, avoids
+                // mmap (see mapping.rs).
+                let m = Mapping::new(f, offset, size, perm.write)?;
+                self.mapped_bytes = total;
+                Some(m)
+            }
             None => None,
         };
         self.regions.insert(
@@ -214,6 +240,9 @@ impl DmaSpace {
         for k in inside {
             if let Some(r) = self.regions.remove(&k) {
                 bytes = bytes.saturating_add(r.size);
+                if r.mapping.is_some() {
+                    self.mapped_bytes = self.mapped_bytes.saturating_sub(r.size);
+                }
             }
         }
         Ok(bytes)
@@ -226,7 +255,56 @@ impl DmaSpace {
             .values()
             .fold(0u64, |a, r| a.saturating_add(r.size));
         self.regions.clear();
+        self.mapped_bytes = 0;
         bytes
+    }
+
+    /// The mapped ranges (iova, size) in address order.
+    pub fn ranges(&self) -> Vec<(u64, u64)> {
+        self.regions.iter().map(|(&k, r)| (k, r.size)).collect()
+    }
+
+    /// Bytes of fd-backed mappings (what counts against [`MAX_MAPPED_BYTES`]).
+    pub fn mapped_bytes(&self) -> u64 {
+        self.mapped_bytes
+    }
+
+    /// Checks the table's invariants: regions do not overlap or wrap, and the byte count
+    /// matches. For tests that throw hostile requests at it.
+    pub fn check_consistent(&self) -> Result<(), String> {
+        let mut prev_end = 0u64;
+        let mut first = true;
+        let mut fd_bytes = 0u64;
+        for (&start, r) in &self.regions {
+            let end = start
+                .checked_add(r.size)
+                .ok_or_else(|| format!("region {start:#x}+{:#x} wraps", r.size))?;
+            if r.size == 0 || (!first && start < prev_end) {
+                return Err(format!(
+                    "region {start:#x}+{:#x} overlaps or is empty",
+                    r.size
+                ));
+            }
+            if let Some(m) = &r.mapping {
+                if m.len() != r.size {
+                    return Err(format!(
+                        "region {start:#x}: mapping of {:#x} bytes",
+                        m.len()
+                    ));
+                }
+                fd_bytes += r.size;
+            }
+            prev_end = end;
+            first = false;
+        }
+        if fd_bytes != self.mapped_bytes || self.regions.len() > MAX_MAPPINGS {
+            return Err(format!(
+                "{} regions, {fd_bytes:#x} fd-backed bytes, counted {:#x}",
+                self.regions.len(),
+                self.mapped_bytes
+            ));
+        }
+        Ok(())
     }
 
     /// Resolves `[addr, addr + len)` into segments of accessible mappings, checking every
@@ -457,6 +535,37 @@ mod tests {
         s.map(0xf000, 0x1000, 0, RW, None).unwrap();
         s.map(0x12000, 0x1000, 0, RW, None).unwrap();
         assert_eq!(s.len(), 5);
+    }
+
+    #[test]
+    fn mapped_bytes_and_count_are_capped() {
+        // A sparse memfd: the mappings take address space, not memory.
+        let half = MAX_MAPPED_BYTES / 2;
+        let f = memfd(half + 0x1000);
+        let mut s = DmaSpace::new();
+        s.map(0, half, 0, RW, Some(&f)).unwrap();
+        s.map(half, half, 0x1000, RW, Some(&f)).unwrap();
+        assert!(matches!(
+            s.map(1 << 60, 0x1000, 0, RW, Some(&f)),
+            Err(MapRequestError::TooLarge { .. })
+        ));
+        // Memory without an fd takes no address space and does not count.
+        s.map(1 << 60, 0x1000, 0, RW, None).unwrap();
+        assert_eq!(s.mapped_bytes(), MAX_MAPPED_BYTES);
+        s.check_consistent().unwrap();
+        assert_eq!(s.unmap(0, half).unwrap(), half);
+        s.map(0, 0x1000, 0, RW, Some(&f)).unwrap();
+        assert_eq!(s.mapped_bytes(), half + 0x1000);
+        s.unmap_all();
+        assert_eq!(s.mapped_bytes(), 0);
+        for i in 0..MAX_MAPPINGS as u64 {
+            s.map(i * 0x1000, 0x1000, 0, RO, None).unwrap();
+        }
+        assert!(matches!(
+            s.map(1 << 50, 0x1000, 0, RO, None),
+            Err(MapRequestError::TooMany)
+        ));
+        s.check_consistent().unwrap();
     }
 
     #[test]

@@ -26,4 +26,6 @@ mod interface_layout;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
+mod proptests_backend;
+#[cfg(test)]
 mod testhost;

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 
 use thiserror::Error;
 
@@ -23,12 +24,49 @@ pub enum MsixError {
     Disabled,
     #[error("{fds} fds for {count} vectors")]
     FdCount { fds: usize, count: u32 },
+    #[error("fd {index} of the request is not an eventfd ({kind})")]
+    NotEventfd { index: usize, kind: String },
+    #[error("making the eventfd of the request non-blocking failed: {0}")]
+    NonBlocking(#[source] std::io::Error),
     #[error("writing the eventfd of vector {vector} failed: {source}")]
     Signal {
         vector: u32,
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What `/proc/self/fd` says an eventfd is.
+const EVENTFD_LINK: &str = "anon_inode:[eventfd]";
+
+/// Accepts `fd` as an interrupt only if it is an eventfd, and makes it non-blocking.
+///
+/// Raising a vector writes to its fd while the device lock is held. Anything else a client
+/// might pass (a pipe nobody drains, a socket, a regular file that grows with every
+/// interrupt) could block that write or grow without bound; even an eventfd blocks a
+/// write when the client has filled its counter, unless it is non-blocking. QEMU creates
+/// its eventfds non-blocking already, so setting `O_NONBLOCK` (a flag shared with the
+/// client) changes nothing for it.
+fn accept_eventfd(index: usize, fd: &File) -> Result<(), MsixError> {
+    let raw = fd.as_raw_fd();
+    let kind = std::fs::read_link(format!("/proc/self/fd/{raw}"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|e| format!("unknown: {e}"));
+    if kind != EVENTFD_LINK {
+        return Err(MsixError::NotEventfd { index, kind });
+    }
+    // SAFETY: fcntl on a descriptor we own; F_GETFL/F_SETFL take integer arguments.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(MsixError::NonBlocking(std::io::Error::last_os_error()));
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(MsixError::NonBlocking(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 /// Something that can raise an MSI-X vector. The register file depends only on this.
@@ -75,6 +113,9 @@ impl MsixVectors {
                 count,
             });
         }
+        for (i, fd) in fds.iter().enumerate() {
+            accept_eventfd(i, fd)?;
+        }
         let slots = self
             .eventfds
             .get_mut(range)
@@ -85,6 +126,21 @@ impl MsixVectors {
             for (slot, fd) in slots.iter_mut().zip(fds) {
                 *slot = Some(fd);
             }
+        }
+        Ok(())
+    }
+
+    /// Raises vectors `start..start + count` (the `SET_IRQS` loopback trigger), after
+    /// checking that all exist and are wired: a refused request raises none.
+    pub fn raise_range(&self, start: u32, count: u32) -> Result<(), MsixError> {
+        let range = Self::range(start, count)?;
+        for v in range.clone() {
+            if !matches!(self.eventfds.get(v), Some(Some(_))) {
+                return Err(MsixError::NoEventfd(v as u32));
+            }
+        }
+        for v in range {
+            self.raise(v as u32)?;
         }
         Ok(())
     }
@@ -107,8 +163,13 @@ impl InterruptSink for MsixVectors {
             .get(vector as usize)
             .ok_or(MsixError::NoSuchVector(vector))?;
         let mut fd = slot.as_ref().ok_or(MsixError::NoEventfd(vector))?;
-        fd.write_all(&1u64.to_ne_bytes())
-            .map_err(|source| MsixError::Signal { vector, source })
+        match fd.write(&1u64.to_ne_bytes()) {
+            Ok(_) => Ok(()),
+            // The counter is saturated (the client filled it): the interrupt is pending
+            // anyway, and waiting would hang the device.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            Err(source) => Err(MsixError::Signal { vector, source }),
+        }
     }
 }
 
@@ -206,6 +267,46 @@ mod tests {
         assert!(v.is_wired(0) && !v.is_wired(1));
         v.clear();
         assert!(!v.is_wired(0));
+    }
+
+    #[test]
+    fn only_eventfds_are_accepted_and_made_non_blocking() {
+        let mut v = MsixVectors::new();
+        let (r, w) = crate::mapping::test_util::pipe();
+        for f in [r, w, crate::mapping::test_util::memfd(8)] {
+            assert!(matches!(
+                v.set(0, 1, vec![f]),
+                Err(MsixError::NotEventfd { index: 0, .. })
+            ));
+        }
+        // One bad fd among good ones refuses the whole request.
+        let (_r, w) = crate::mapping::test_util::pipe();
+        assert!(v.set(0, 2, vec![eventfd(), w]).is_err());
+        assert!(!v.is_wired(0));
+        // A blocking eventfd whose counter the client filled: raising must not hang.
+        // SAFETY: plain eventfd creation; the fd is owned by the File.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fresh owned descriptor.
+        let mut e = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        e.write_all(&(u64::MAX - 1).to_ne_bytes()).unwrap();
+        v.set(0, 1, vec![e.try_clone().unwrap()]).unwrap();
+        v.raise(0).unwrap();
+        v.raise(0).unwrap();
+        assert_eq!(count(&e), u64::MAX - 1);
+    }
+
+    #[test]
+    fn raise_range_checks_everything_first() {
+        let mut v = MsixVectors::new();
+        let a = eventfd();
+        v.set(0, 1, vec![a.try_clone().unwrap()]).unwrap();
+        assert!(matches!(v.raise_range(0, 2), Err(MsixError::NoEventfd(1))));
+        assert!(v.raise_range(0, u32::MAX).is_err());
+        assert!(v.raise_range(u32::MAX, 2).is_err());
+        assert_eq!(count(&a), 0, "a refused request raises nothing");
+        v.raise_range(0, 1).unwrap();
+        assert_eq!(count(&a), 1);
     }
 
     #[test]

@@ -168,8 +168,7 @@ pub fn serve(
     fabric: Option<FabricLink>,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
-    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
-    let mut device = Device::new(name.clone());
+    let mut device = Device::new(name);
     device.set_mac(mac);
     let inbound = match fabric {
         Some(f) => {
@@ -183,14 +182,33 @@ pub fn serve(
             None
         }
     };
-    let mut shared = SharedDevice::new(device);
+    serve_device(listener, socket, SharedDevice::new(device), inbound)
+}
+
+/// The part of [`serve`] after the device is built: runs the engine thread and the
+/// protocol for one client, then cleans up. Tests call it with a device they keep a handle
+/// to, to check its state after hostile messages.
+pub(crate) fn serve_device(
+    listener: UnixListener,
+    socket: &SocketFile,
+    mut shared: SharedDevice,
+    inbound: Option<Receiver<Vec<u8>>>,
+) -> Result<(), ServeError> {
+    let name = socket.path().display().to_string();
+    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
     let engine = spawn_engine(&name, shared.clone(), inbound).map_err(|source| ServeError::Io {
         path: socket.path().to_path_buf(),
         source,
     })?;
     log::info!("{name}: waiting for a vfio-user client");
     let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut shared)));
+    // Stop the engine thread first: afterwards nothing but this thread uses the device.
     drop(engine);
+    // Whatever ended the connection (a panic included: it cannot have happened inside a
+    // device operation, which never panics, and `SharedDevice::lock` tolerates poisoning),
+    // the client's memory is unmapped and its eventfds closed now, not whenever the last
+    // reference to the device goes.
+    shared.lock().disconnect();
     // Stop accepting and unlink the socket before reporting.
     drop(server);
     socket.remove();
@@ -200,7 +218,11 @@ pub fn serve(
             Ok(())
         }
         Ok(Err(e)) => Err(e.into()),
-        Err(p) => Err(ServeError::Panicked(panic_message(p.as_ref()))),
+        Err(p) => {
+            let msg = panic_message(p.as_ref());
+            log::warn!("{name}: the vfio-user library panicked on client input: {msg}");
+            Err(ServeError::Panicked(msg))
+        }
     }
 }
 

@@ -1,0 +1,714 @@
+//! A hostile vfio-user client against a real `serve_device` on a temporary socket: crafted
+//! messages for every command (see the manual's "vfio-user client input"), malformed and
+//! truncated messages, too many fds, disconnects mid-message. The server must answer with an
+//! error or close the connection, never panic out, never hang, and the device's DMA map
+//! table and vectors must stay consistent; when the connection ends the client's memory is
+//! unmapped.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use vfio_bindings::bindings::vfio::{
+    VFIO_DMA_UNMAP_FLAG_ALL, VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER,
+    VFIO_IRQ_SET_DATA_BOOL, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+
+use super::vfio_client::{self as vc, cmd, RawClient, HEADER};
+use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
+use crate::dma::MAX_MAPPINGS;
+use crate::interface::{MSIX_VECTORS, PCI_DEVICE_ID, PCI_VENDOR_ID};
+use crate::mapping::test_util::{memfd, pipe};
+use crate::msix::test_util::{count, eventfd};
+use crate::server::{bind, serve_device, ServeError};
+use crate::shared::SharedDevice;
+use crate::vfio_layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
+
+const RW: u32 = DMA_MAP_READ | DMA_MAP_WRITE;
+const EVENTFD_TRIGGER: u32 = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+const NONE_TRIGGER: u32 = VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER;
+const MSIX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
+
+/// One device served on a socket in a private directory.
+struct Served {
+    path: PathBuf,
+    dev: SharedDevice,
+    done: Receiver<Result<(), ServeError>>,
+    dir: PathBuf,
+}
+
+impl Served {
+    fn start(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("ferrdma-vfio-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nic.sock");
+        let (listener, file) = bind(&path).unwrap();
+        let dev = SharedDevice::new(Device::new(test));
+        let served = dev.clone();
+        let (tx, done) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(serve_device(listener, &file, served, None));
+        });
+        Self {
+            path,
+            dev,
+            done,
+            dir,
+        }
+    }
+
+    fn client(&self) -> RawClient {
+        RawClient::connect(&self.path).unwrap()
+    }
+
+    /// The serving thread's result; it must end soon after the client is gone.
+    fn finish(&self) -> Result<(), ServeError> {
+        self.done
+            .recv_timeout(Duration::from_secs(10))
+            .expect("serve must end (no hang, no escaped panic)")
+    }
+
+    /// The map table is consistent and holds exactly `ranges`.
+    fn check_maps(&self, ranges: &[(u64, u64)]) {
+        let d = self.dev.lock();
+        d.dma().check_consistent().unwrap();
+        assert_eq!(d.dma().ranges(), ranges);
+    }
+
+    /// After the connection ended: nothing of the client stays mapped or wired.
+    fn check_released(&self) {
+        let d = self.dev.lock();
+        assert!(d.dma().is_empty(), "guest memory still mapped");
+        assert_eq!(d.dma().mapped_bytes(), 0);
+        assert!((0..MSIX_VECTORS).all(|v| !d.vectors().is_wired(v)));
+        assert!(!self.path.exists(), "socket file removed");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ok(r: &vc::Reply, what: &str) {
+    assert!(!r.is_error(), "{what}: refused ({r:?})");
+}
+
+fn err(r: &vc::Reply, what: &str) {
+    assert!(r.is_error(), "{what}: accepted ({r:?})");
+    assert_eq!(
+        r.payload.len(),
+        0,
+        "{what}: an error reply is a bare header"
+    );
+}
+
+#[test]
+fn hostile_dma_map_and_unmap_are_refused_and_leave_the_table_consistent() {
+    let s = Served::start("dma");
+    let mut c = s.client();
+    c.handshake();
+    let ram = memfd(0x10_000);
+    let fd = [ram.as_raw_fd()];
+    // (payload, fds, accepted?)
+    let cases: Vec<(&str, Vec<u8>, Vec<RawFd>, bool)> = vec![
+        ("size 0", vc::dma_map(RW, 0, 0x1000, 0), fd.to_vec(), false),
+        (
+            "wraps",
+            vc::dma_map(RW, 0, u64::MAX - 0xfff, 0x2000),
+            fd.to_vec(),
+            false,
+        ),
+        ("huge", vc::dma_map(RW, 0, 0, u64::MAX), fd.to_vec(), false),
+        (
+            "beyond the fd",
+            vc::dma_map(RW, 0, 0x1000, 0x20_000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "fd offset past the end",
+            vc::dma_map(RW, 0x10_000, 0x1000, 0x1000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "fd offset wraps",
+            vc::dma_map(RW, u64::MAX, 0x1000, 0x1000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "unknown flag",
+            vc::dma_map(RW | 4, 0, 0x1000, 0x1000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "two fds",
+            vc::dma_map(RW, 0, 0x1000, 0x1000),
+            vec![fd[0], fd[0]],
+            false,
+        ),
+        (
+            "good",
+            vc::dma_map(RW, 0x1000, 0x10_000, 0x4000),
+            fd.to_vec(),
+            true,
+        ),
+        (
+            "overlap inside",
+            vc::dma_map(RW, 0, 0x11_000, 0x1000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "overlap below",
+            vc::dma_map(RW, 0, 0xf000, 0x2000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "overlap around",
+            vc::dma_map(RW, 0, 0x8000, 0x10_000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "same again",
+            vc::dma_map(RW, 0x1000, 0x10_000, 0x4000),
+            fd.to_vec(),
+            false,
+        ),
+        (
+            "adjacent",
+            vc::dma_map(DMA_MAP_READ, 0, 0x14_000, 0x1000),
+            fd.to_vec(),
+            true,
+        ),
+        (
+            "no fd (ROM)",
+            vc::dma_map(DMA_MAP_READ, 0, 0x100_0000, 0x1000),
+            vec![],
+            true,
+        ),
+        (
+            "unmap splits",
+            vc::dma_unmap(0, 0x10_000, 0x1000),
+            vec![],
+            false,
+        ),
+        (
+            "unmap straddles",
+            vc::dma_unmap(0, 0x12_000, 0x3000),
+            vec![],
+            false,
+        ),
+        ("unmap wraps", vc::dma_unmap(0, u64::MAX, 2), vec![], false),
+        (
+            "unmap unknown flag",
+            vc::dma_unmap(1, 0x10_000, 0x4000),
+            vec![],
+            false,
+        ),
+        (
+            "unmap-all with a range",
+            vc::dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 1, 0),
+            vec![],
+            false,
+        ),
+        (
+            "unmap of nothing",
+            vc::dma_unmap(0, 0x9000_0000, 0x1000),
+            vec![],
+            true,
+        ),
+        (
+            "unmap of size 0",
+            vc::dma_unmap(0, 0x10_000, 0),
+            vec![],
+            true,
+        ),
+        (
+            "unmap with an fd",
+            vc::dma_unmap(0, 0x9000_0000, 0x1000),
+            fd.to_vec(),
+            true,
+        ),
+    ];
+    let mut expect = vec![];
+    for (what, payload, fds, accepted) in &cases {
+        let command = if payload.len() == 32 {
+            cmd::DMA_MAP
+        } else {
+            cmd::DMA_UNMAP
+        };
+        let r = c.call(command, payload, fds);
+        if *accepted {
+            ok(&r, what);
+        } else {
+            err(&r, what);
+        }
+        match *what {
+            "good" => expect.push((0x10_000, 0x4000)),
+            "adjacent" => expect.push((0x14_000, 0x1000)),
+            "no fd (ROM)" => expect.push((0x100_0000, 0x1000)),
+            _ => {}
+        }
+        s.check_maps(&expect);
+    }
+    // A pipe and an eventfd are not memory.
+    let (rp, _wp) = pipe();
+    err(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(RW, 0, 0x200_0000, 0x1000),
+            &[rp.as_raw_fd()],
+        ),
+        "pipe",
+    );
+    let e = eventfd();
+    err(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(RW, 0, 0x200_0000, 8),
+            &[e.as_raw_fd()],
+        ),
+        "eventfd",
+    );
+    // A read-only fd cannot be mapped writable.
+    let ro = std::fs::File::open(format!("/proc/self/fd/{}", ram.as_raw_fd())).unwrap();
+    err(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(RW, 0, 0x200_0000, 0x1000),
+            &[ro.as_raw_fd()],
+        ),
+        "ro fd",
+    );
+    ok(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(DMA_MAP_READ, 0, 0x200_0000, 0x1000),
+            &[ro.as_raw_fd()],
+        ),
+        "ro fd, read only",
+    );
+    expect.push((0x200_0000, 0x1000));
+    s.check_maps(&expect);
+    // Whole regions inside a range unmap together; unmap-all clears the rest.
+    ok(
+        &c.call(cmd::DMA_UNMAP, &vc::dma_unmap(0, 0x10_000, 0x5000), &[]),
+        "unmap two",
+    );
+    expect.drain(..2);
+    s.check_maps(&expect);
+    // DEVICE_RESET keeps the client's mappings (they are client state).
+    ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset");
+    s.check_maps(&expect);
+    ok(
+        &c.call(
+            cmd::DMA_UNMAP,
+            &vc::dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0, 0),
+            &[],
+        ),
+        "unmap all",
+    );
+    s.check_maps(&[]);
+    // The mapping limit: fd-less maps up to MAX_MAPPINGS, then refusals.
+    for i in 0..MAX_MAPPINGS as u64 {
+        let r = c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(DMA_MAP_READ, 0, i << 12, 0x1000),
+            &[],
+        );
+        ok(&r, "map within the limit");
+    }
+    err(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(DMA_MAP_READ, 0, 1 << 40, 0x1000),
+            &[],
+        ),
+        "one too many",
+    );
+    assert_eq!(s.dev.lock().dma().len(), MAX_MAPPINGS);
+    // Leave memory mapped: the end of the connection must release it.
+    ok(
+        &c.call(
+            cmd::DMA_UNMAP,
+            &vc::dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0, 0),
+            &[],
+        ),
+        "unmap all",
+    );
+    ok(
+        &c.call(cmd::DMA_MAP, &vc::dma_map(RW, 0, 0x10_000, 0x10_000), &fd),
+        "map again",
+    );
+    drop(c);
+    s.finish().unwrap();
+    s.check_released();
+}
+
+#[test]
+fn hostile_region_accesses_are_refused_and_config_writes_of_every_shape_are_safe() {
+    let s = Served::start("region");
+    let mut c = s.client();
+    c.handshake();
+    // Region index, offset and count at and beyond every edge.
+    for region in 0..NUM_REGIONS + 2 {
+        let size = region_size(region);
+        for (offset, n) in [
+            (0u64, 4u32),
+            (size.saturating_sub(4), 4),
+            (size.saturating_sub(2), 4),
+            (size, 0),
+            (size, 4),
+            (u64::MAX, 4),
+            (u64::MAX, 0),
+            (u64::MAX - 1, 4),
+            (0, 0x10_0001),
+            (0, 0x1000_0000),
+        ] {
+            let fits = size > 0 && offset.checked_add(u64::from(n)).is_some_and(|e| e <= size);
+            let r = c.call(cmd::REGION_READ, &vc::region(region, offset, n, &[]), &[]);
+            let what = format!("read region {region} {offset:#x}+{n:#x}");
+            if fits {
+                ok(&r, &what);
+                assert_eq!(r.payload.len(), HEADER + n as usize, "{what}");
+            } else {
+                err(&r, &what);
+            }
+            // The crate refuses a region index it does not know before it reads the data,
+            // which then stays in the stream as the next "message" (the client desyncs its
+            // own session): only empty writes there.
+            if n <= 0x1000 && (region < NUM_REGIONS || n == 0) {
+                let data = vec![0u8; n as usize];
+                let r = c.call(
+                    cmd::REGION_WRITE,
+                    &vc::region(region, offset, n, &data),
+                    &[],
+                );
+                let what = format!("write region {region} {offset:#x}+{n:#x}");
+                // BAR writes of odd shapes inside the BAR are ignored but accepted.
+                if fits {
+                    ok(&r, &what);
+                } else {
+                    err(&r, &what);
+                }
+            }
+        }
+    }
+    // Config space: every offset and size, all ones. Only writable bits change.
+    for offset in 0..=260u64 {
+        for n in 0..=8u32 {
+            let data = vec![0xffu8; n as usize];
+            let r = c.call(
+                cmd::REGION_WRITE,
+                &vc::region(REGION_CONFIG, offset, n, &data),
+                &[],
+            );
+            let what = format!("config write {offset:#x}+{n}");
+            if offset + u64::from(n) <= 256 {
+                ok(&r, &what);
+            } else {
+                err(&r, &what);
+            }
+        }
+    }
+    let r = c.call(cmd::REGION_READ, &vc::region(REGION_CONFIG, 0, 4, &[]), &[]);
+    ok(&r, "identity");
+    let id = u32::from_le_bytes(r.payload[HEADER..HEADER + 4].try_into().unwrap());
+    assert_eq!(
+        id,
+        u32::from(PCI_VENDOR_ID) | (u32::from(PCI_DEVICE_ID) << 16)
+    );
+    // A declared count larger than the data sent: the server waits for the rest (it is
+    // the next message's bytes), then refuses the write once the count is complete.
+    let id = c
+        .send(
+            cmd::REGION_WRITE,
+            0,
+            &vc::region(REGION_DB, 0, 8, &[0; 4]),
+            &[],
+        )
+        .unwrap();
+    c.send_raw(&[0; 4], &[]).unwrap();
+    let r = c.recv().unwrap();
+    assert_eq!(r.id, id);
+    ok(&r, "8-byte doorbell write (ignored)");
+    // DEVICE_RESET at any point, twice, and the device still answers.
+    ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset");
+    ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset again");
+    let r = c.call(cmd::REGION_READ, &vc::region(REGION_CONFIG, 0, 4, &[]), &[]);
+    ok(&r, "identity after reset");
+    drop(c);
+    s.finish().unwrap();
+    s.check_released();
+}
+
+#[test]
+fn hostile_set_irqs_are_refused_and_only_eventfds_are_wired() {
+    let s = Served::start("irqs");
+    let mut c = s.client();
+    c.handshake();
+    let e = eventfd();
+    let (rp, wp) = pipe();
+    let file = memfd(8);
+    let ev = e.as_raw_fd();
+    let wired = |s: &Served| -> Vec<bool> {
+        let d = s.dev.lock();
+        (0..MSIX_VECTORS).map(|v| d.vectors().is_wired(v)).collect()
+    };
+    let none = vec![false; MSIX_VECTORS as usize];
+    let cases: Vec<(&str, Vec<u8>, Vec<RawFd>)> = vec![
+        ("index 3", vc::set_irqs(EVENTFD_TRIGGER, 3, 0, 1), vec![ev]),
+        (
+            "index u32::MAX",
+            vc::set_irqs(EVENTFD_TRIGGER, u32::MAX, 0, 1),
+            vec![ev],
+        ),
+        ("flags 0", vc::set_irqs(0, MSIX, 0, 1), vec![ev]),
+        ("all flags", vc::set_irqs(u32::MAX, MSIX, 0, 1), vec![ev]),
+        (
+            "bool data",
+            vc::set_irqs(
+                VFIO_IRQ_SET_DATA_BOOL | VFIO_IRQ_SET_ACTION_TRIGGER,
+                MSIX,
+                0,
+                1,
+            ),
+            vec![],
+        ),
+        (
+            "mask",
+            vc::set_irqs(
+                VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_MASK,
+                MSIX,
+                0,
+                1,
+            ),
+            vec![],
+        ),
+        (
+            "start past the vectors",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, MSIX_VECTORS, 1),
+            vec![ev],
+        ),
+        (
+            "start + count wraps",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, u32::MAX, 2),
+            vec![ev, ev],
+        ),
+        (
+            "count u32::MAX",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, u32::MAX),
+            vec![ev],
+        ),
+        (
+            "fewer fds than count",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 2),
+            vec![ev],
+        ),
+        (
+            "more fds than count",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            vec![ev, ev],
+        ),
+        (
+            "16 fds",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 16),
+            vec![ev; 16],
+        ),
+        (
+            "fds with data none",
+            vc::set_irqs(NONE_TRIGGER, MSIX, 0, 1),
+            vec![ev],
+        ),
+        (
+            "pipe read end",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            vec![rp.as_raw_fd()],
+        ),
+        (
+            "pipe write end",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            vec![wp.as_raw_fd()],
+        ),
+        (
+            "regular file",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            vec![file.as_raw_fd()],
+        ),
+        (
+            "one pipe among eventfds",
+            vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 2),
+            vec![ev, wp.as_raw_fd()],
+        ),
+        (
+            "trigger unwired",
+            vc::set_irqs(NONE_TRIGGER, MSIX, 0, 1),
+            vec![],
+        ),
+        (
+            "trigger count u32::MAX",
+            vc::set_irqs(NONE_TRIGGER, MSIX, 0, u32::MAX),
+            vec![],
+        ),
+        (
+            "INTx eventfd",
+            vc::set_irqs(EVENTFD_TRIGGER, 0, 0, 1),
+            vec![ev],
+        ),
+    ];
+    for (what, payload, fds) in &cases {
+        err(&c.call(cmd::SET_IRQS, payload, fds), what);
+        assert_eq!(wired(&s), none, "{what}: a refused request wires nothing");
+    }
+    ok(
+        &c.call(
+            cmd::SET_IRQS,
+            &vc::set_irqs(EVENTFD_TRIGGER, MSIX, 7, 1),
+            &[ev],
+        ),
+        "wire 7",
+    );
+    ok(
+        &c.call(cmd::SET_IRQS, &vc::set_irqs(NONE_TRIGGER, MSIX, 7, 1), &[]),
+        "loopback 7",
+    );
+    assert_eq!(count(&e), 1);
+    err(
+        &c.call(cmd::SET_IRQS, &vc::set_irqs(NONE_TRIGGER, MSIX, 6, 2), &[]),
+        "loopback 6..8",
+    );
+    assert_eq!(count(&e), 0, "a refused trigger raises nothing");
+    // Unknown and unsupported commands get an error reply and the session goes on.
+    for command in [0u16, cmd::DMA_READ, 14, 15, 99, u16::MAX] {
+        let r = c.call(command, &[], &[]);
+        err(&r, &format!("command {command}"));
+    }
+    err(
+        &c.call(cmd::GET_IRQ_INFO, &vc::set_irqs(0, 5, 0, 0)[..16], &[]),
+        "irq info 5",
+    );
+    let r = c.call(cmd::DEVICE_GET_INFO, &[0; 16], &[]);
+    ok(&r, "get info after all that");
+    let mut w = wired(&s);
+    w[7] = false;
+    assert_eq!(w, none);
+    drop(c);
+    s.finish().unwrap();
+    s.check_released();
+}
+
+/// Runs `script` as the client of a fresh server and returns how serving ended.
+fn end_with(test: &str, script: impl FnOnce(&mut RawClient)) -> Result<(), ServeError> {
+    let s = Served::start(test);
+    let mut c = s.client();
+    c.handshake();
+    // Some guest memory and a vector, which the end of the connection must release.
+    let ram = memfd(0x4000);
+    ok(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(RW, 0, 0x10_000, 0x4000),
+            &[ram.as_raw_fd()],
+        ),
+        "map",
+    );
+    let e = eventfd();
+    ok(
+        &c.call(
+            cmd::SET_IRQS,
+            &vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            &[e.as_raw_fd()],
+        ),
+        "wire",
+    );
+    script(&mut c);
+    drop(c);
+    let r = s.finish();
+    s.check_released();
+    // The device lock is usable (not left poisoned in a way that panics).
+    let _ = s.dev.lock().dma().len();
+    r
+}
+
+#[test]
+fn malformed_messages_end_only_their_connection_and_release_the_client() {
+    // VERSION whose capabilities string has no NUL: the vfio_user crate unwraps (panics);
+    // serve contains it.
+    let r = end_with("version-nul", |c| {
+        let p = vc::Payload::default().u16(0).u16(0).bytes(b"{}");
+        let _ = c.send(cmd::VERSION, 0, &p.0, &[]);
+        assert!(c.closed());
+    });
+    assert!(matches!(r, Err(ServeError::Panicked(_))), "{r:?}");
+    // VERSION declaring a size smaller than its own fixed part (the crate's subtraction
+    // underflows): contained the same way.
+    let r = end_with("version-small", |c| {
+        let mut m = vc::header(9, cmd::VERSION, 4, 0);
+        m.extend_from_slice(&[0; 4]);
+        let _ = c.send_raw(&m, &[]);
+        assert!(c.closed());
+    });
+    assert!(r.is_err(), "{r:?}");
+    // A declared size of 64 MiB with a short body, then the client goes: the crate
+    // allocates the declared size (zero pages) and fails reading; the connection ends.
+    let r = end_with("version-huge", |c| {
+        let mut m = vc::header(9, cmd::VERSION, (64 << 20) + 20, 0);
+        m.extend_from_slice(&[0; 4]);
+        m.extend_from_slice(b"{\"capabilities\":{}}");
+        let _ = c.send_raw(&m, &[]);
+        c.shutdown_write();
+    });
+    assert!(r.is_err(), "{r:?}");
+    // Half a header, then end of file.
+    let r = end_with("half-header", |c| {
+        let _ = c.send_raw(&vc::header(1, cmd::REGION_READ, 32, 0)[..5], &[]);
+        c.shutdown_write();
+    });
+    assert!(r.is_err(), "{r:?}");
+    // A header whose body never comes: DMA_MAP, REGION_WRITE with data missing.
+    for command in [
+        cmd::DMA_MAP,
+        cmd::DMA_UNMAP,
+        cmd::SET_IRQS,
+        cmd::REGION_READ,
+    ] {
+        let r = end_with("no-body", |c| {
+            let _ = c.send_raw(&vc::header(1, command, 48, 0), &[]);
+            c.shutdown_write();
+        });
+        assert!(r.is_err(), "command {command}: {r:?}");
+    }
+    let r = end_with("short-write", |c| {
+        let _ = c.send(
+            cmd::REGION_WRITE,
+            0,
+            &vc::region(REGION_CONFIG, 0, 64, &[1; 10]),
+            &[],
+        );
+        c.shutdown_write();
+    });
+    assert!(r.is_err(), "{r:?}");
+    // More fds than the crate receives (16): the kernel truncates, the crate closes them
+    // and ends the connection.
+    let r = end_with("17-fds", |c| {
+        let e = eventfd();
+        let _ = c.send(cmd::DEVICE_RESET, 0, &[], &[e.as_raw_fd(); 17]);
+        assert!(c.closed());
+    });
+    assert!(matches!(r, Err(ServeError::Protocol(_))), "{r:?}");
+    // A plain disconnect in the middle of a session is a normal end.
+    let r = end_with("disconnect", |c| {
+        ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset");
+    });
+    r.unwrap();
+}
