@@ -712,3 +712,64 @@ fn malformed_messages_end_only_their_connection_and_release_the_client() {
     });
     r.unwrap();
 }
+
+#[test]
+fn truncating_guest_memory_under_the_device_faults_dma_instead_of_killing_the_process() {
+    use crate::interface::{
+        TestStatus, REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN, REG_TEST_DMA_SRC,
+        REG_TEST_STATUS, TEST_DMA_CTRL_START,
+    };
+    use crate::mapping::test_util::unsealable_memfd;
+    use crate::vfio_layout::REGION_BAR0;
+    let s = Served::start("truncate");
+    let mut c = s.client();
+    c.handshake();
+    let mut w32 = |c: &mut RawClient, region: u32, off: usize, v: u32| {
+        let r = c.call(
+            cmd::REGION_WRITE,
+            &vc::region(region, off as u64, 4, &v.to_le_bytes()),
+            &[],
+        );
+        ok(&r, "register write");
+    };
+    let status = |c: &mut RawClient| {
+        let r = c.call(
+            cmd::REGION_READ,
+            &vc::region(REGION_BAR0, REG_TEST_STATUS as u64, 4, &[]),
+            &[],
+        );
+        u32::from_le_bytes(r.payload[HEADER..HEADER + 4].try_into().unwrap())
+    };
+    // Guest RAM the client can shrink (not sealable).
+    let ram = unsealable_memfd(0x4000);
+    ok(
+        &c.call(
+            cmd::DMA_MAP,
+            &vc::dma_map(RW, 0, 0x10_000, 0x4000),
+            &[ram.as_raw_fd()],
+        ),
+        "map",
+    );
+    w32(&mut c, REGION_CONFIG, 4, 0x6); // memory space + bus master
+    let copy = |c: &mut RawClient, w32: &mut dyn FnMut(&mut RawClient, u32, usize, u32)| {
+        w32(c, REGION_BAR0, REG_TEST_DMA_SRC, 0x10_000);
+        w32(c, REGION_BAR0, REG_TEST_DMA_SRC + 4, 0);
+        w32(c, REGION_BAR0, REG_TEST_DMA_DST, 0x12_000);
+        w32(c, REGION_BAR0, REG_TEST_DMA_DST + 4, 0);
+        w32(c, REGION_BAR0, REG_TEST_DMA_LEN, 0x100);
+        w32(c, REGION_BAR0, REG_TEST_DMA_CTRL, TEST_DMA_CTRL_START);
+    };
+    copy(&mut c, &mut w32);
+    assert_eq!(status(&mut c), TestStatus::Ok as u32);
+    // The client truncates its RAM under the device; the next DMA faults, nothing dies.
+    ram.set_len(0).unwrap();
+    copy(&mut c, &mut w32);
+    assert_eq!(status(&mut c), TestStatus::DmaFault as u32);
+    ok(
+        &c.call(cmd::DEVICE_GET_INFO, &[0; 16], &[]),
+        "still serving",
+    );
+    drop(c);
+    s.finish().unwrap();
+    s.check_released();
+}
