@@ -19,6 +19,7 @@ pub mod rdma;
 pub mod server;
 pub mod shared;
 pub mod vfio_layout;
+pub mod vfio_protocol;
 pub mod wire;
 
 #[cfg(test)]
