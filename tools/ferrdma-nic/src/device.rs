@@ -1,5 +1,5 @@
 //! One ferrdma NIC: config space, BAR0, the MSI-X BAR, MSI-X vectors and guest memory,
-//! glued to the vfio-user server's backend interface.
+//! glued to the vfio-user server's backend interface ([`crate::vfio_server::ServerBackend`]).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,10 +8,8 @@ use std::time::Instant;
 
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{
-    VFIO_DMA_UNMAP_FLAG_ALL, VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
-    VFIO_PCI_MSI_IRQ_INDEX,
+    VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
 };
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::bar0::{Bar0, Bar0AccessError};
 use crate::config_space::{ConfigAccessError, ConfigSpace};
@@ -22,11 +20,12 @@ use crate::msix::{GatedMsix, MsixError, MsixVectors};
 use crate::msix_bar::{MsixBar, MsixBarAccessError};
 use crate::rdma::{Engine, Env};
 use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
+use crate::vfio_server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 /// `DMA_MAP` flag: the device may read.
-pub const DMA_MAP_READ: u32 = 1 << 0;
+pub const DMA_MAP_READ: u32 = DmaMapFlags::READ;
 /// `DMA_MAP` flag: the device may write.
-pub const DMA_MAP_WRITE: u32 = 1 << 1;
+pub const DMA_MAP_WRITE: u32 = DmaMapFlags::WRITE;
 
 /// Why a client request failed.
 #[derive(Debug, Error)]
@@ -356,7 +355,7 @@ impl Device {
 
     /// Handles `DMA_UNMAP`.
     pub fn dma_unmap(&mut self, flags: u32, iova: u64, size: u64) -> Result<(), DeviceError> {
-        let bytes = if flags == VFIO_DMA_UNMAP_FLAG_ALL {
+        let bytes = if flags == DmaUnmapFlags::ALL {
             if iova != 0 || size != 0 {
                 return Err(MapRequestError::UnmapAllRange { iova, size }.into());
             }
@@ -502,8 +501,7 @@ impl ServerBackend for Device {
         address: u64,
         size: u64,
     ) -> Result<(), std::io::Error> {
-        // The vfio_user crate's named unmap flags do not match the VFIO values QEMU sends,
-        // so only the raw bits are used.
+        // `DmaUnmapFlags` carries VFIO's values (ALL is bit 1), which QEMU sends.
         Device::dma_unmap(self, flags.bits(), address, size).map_err(|e| {
             log::warn!("{}: DMA_UNMAP {address:#x}+{size:#x}: {e}", self.name);
             e.into()
@@ -734,9 +732,15 @@ mod tests {
         );
         // Unmap-all semantics.
         d.dma_map(DMA_MAP_READ, 0, 0x1000, 0x1000, None).unwrap();
-        assert!(d.dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0x1000, 0).is_err());
-        assert!(d.dma_unmap(1, 0x1000, 0x1000).is_err());
-        d.dma_unmap(VFIO_DMA_UNMAP_FLAG_ALL, 0, 0).unwrap();
+        assert_eq!(
+            DmaUnmapFlags::ALL,
+            vfio_bindings::bindings::vfio::VFIO_DMA_UNMAP_FLAG_ALL
+        );
+        assert!(d.dma_unmap(DmaUnmapFlags::ALL, 0x1000, 0).is_err());
+        assert!(d
+            .dma_unmap(DmaUnmapFlags::GET_DIRTY_BITMAP, 0x1000, 0x1000)
+            .is_err());
+        d.dma_unmap(DmaUnmapFlags::ALL, 0, 0).unwrap();
         assert!(d.dma().is_empty());
     }
 

@@ -20,6 +20,7 @@ pub mod server;
 pub mod shared;
 pub mod vfio_layout;
 pub mod vfio_protocol;
+pub mod vfio_server;
 pub mod wire;
 
 #[cfg(test)]

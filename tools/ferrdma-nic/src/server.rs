@@ -1,19 +1,19 @@
-//! Serving one device on one Unix socket with the `vfio_user` crate's server.
+//! Serving one device on one Unix socket with our vfio-user server
+//! ([`crate::vfio_server`]).
 //!
-//! The listening socket is bound here (not by the crate) so that a stale socket file left
-//! by a killed run can be replaced, and so that removal of the socket file is under our
-//! control: [`SocketFile`] removes it exactly once, and only if the path still names the
-//! socket we created. The crate serves a single client connection and returns when the
-//! client disconnects.
+//! The listening socket is bound here so that a stale socket file left by a killed run can
+//! be replaced, and so that removal of the socket file is under our control:
+//! [`SocketFile`] removes it exactly once, and only if the path still names the socket we
+//! created. The server serves a single client connection and returns when the client
+//! disconnects or the connection has to end (malformed framing, too many file
+//! descriptors). It does not panic on client input, so nothing here catches panics.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixListener;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use thiserror::Error;
-use vfio_user::Server;
 
 use std::sync::mpsc::Receiver;
 
@@ -21,6 +21,7 @@ use crate::device::{Device, TxSink};
 use crate::fabric::hub::EnginePort;
 use crate::shared::{spawn_engine, SharedDevice};
 use crate::vfio_layout::{irq_infos, server_regions};
+use crate::vfio_server::{Server, ServerError};
 
 /// Why serving failed.
 #[derive(Debug, Error)]
@@ -36,9 +37,7 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error("vfio-user: {0}")]
-    Protocol(#[from] vfio_user::Error),
-    #[error("the vfio-user server panicked: {0}")]
-    Panicked(String),
+    Protocol(#[from] ServerError),
 }
 
 /// A socket file we created; removed on [`SocketFile::remove`] or drop.
@@ -139,16 +138,6 @@ pub fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ServeError> {
     ))
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
-
 /// A NIC's place on the fabric: where its RoCE frames come from and go to.
 pub struct FabricLink {
     pub inbound: Receiver<Vec<u8>>,
@@ -159,8 +148,8 @@ pub struct FabricLink {
 /// its transport engine exchanges RoCE frames with the fabric (see `shared` for the
 /// threads); without, frames to peers that are not local are lost on an unplugged port.
 ///
-/// A panic inside the protocol library (it has `unwrap`s on malformed messages) ends this
-/// connection with an error instead of taking the process down.
+/// A malformed message gets an error reply, or ends this connection with an error; it
+/// never takes the process down.
 pub fn serve(
     listener: UnixListener,
     socket: &SocketFile,
@@ -195,33 +184,29 @@ pub(crate) fn serve_device(
     inbound: Option<Receiver<Vec<u8>>>,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
-    let server = Server::from_owned_fd(listener.into(), true, irq_infos(), server_regions());
+    let server = Server::new(irq_infos(), server_regions());
     let engine = spawn_engine(&name, shared.clone(), inbound).map_err(|source| ServeError::Io {
         path: socket.path().to_path_buf(),
         source,
     })?;
     log::info!("{name}: waiting for a vfio-user client");
-    let outcome = catch_unwind(AssertUnwindSafe(|| server.run(&mut shared)));
+    let outcome = server.run(&listener, &mut shared);
     // Stop the engine thread first: afterwards nothing but this thread uses the device.
     drop(engine);
-    // Whatever ended the connection (a panic included: it cannot have happened inside a
-    // device operation, which never panics, and `SharedDevice::lock` tolerates poisoning),
-    // the client's memory is unmapped and its eventfds closed now, not whenever the last
-    // reference to the device goes.
+    // Whatever ended the connection, the client's memory is unmapped and its eventfds
+    // closed now, not whenever the last reference to the device goes.
     shared.lock().disconnect();
     // Stop accepting and unlink the socket before reporting.
-    drop(server);
+    drop(listener);
     socket.remove();
     match outcome {
-        Ok(Ok(())) => {
+        Ok(()) => {
             log::info!("{name}: client disconnected");
             Ok(())
         }
-        Ok(Err(e)) => Err(e.into()),
-        Err(p) => {
-            let msg = panic_message(p.as_ref());
-            log::warn!("{name}: the vfio-user library panicked on client input: {msg}");
-            Err(ServeError::Panicked(msg))
+        Err(e) => {
+            log::warn!("{name}: connection ended: {e}");
+            Err(e.into())
         }
     }
 }
@@ -309,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn serve_survives_a_malformed_version_message() {
+    fn serve_refuses_a_version_message_shorter_than_its_header() {
         use std::io::Write;
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
@@ -325,8 +310,23 @@ mod tests {
         hdr.extend_from_slice(&0u32.to_le_bytes()); // error
         hdr.extend_from_slice(&[0u8; 4]); // major/minor
         let _ = c.write_all(&hdr);
-        let r = t.join().expect("serve must not propagate a panic");
-        assert!(r.is_err());
-        drop(c);
+        let r = t.join().expect("serve must not panic");
+        assert!(
+            matches!(r, Err(ServeError::Protocol(ServerError::Framing(_)))),
+            "{r:?}"
+        );
+        // The error reply came before the end of the connection (which, with the unread
+        // rest of the message left behind, the client may see as a reset).
+        let mut reply = [0u8; 16];
+        std::io::Read::read_exact(&mut c, &mut reply).unwrap();
+        assert!(matches!(
+            std::io::Read::read(&mut c, &mut [0u8; 1]),
+            Ok(0) | Err(_)
+        ));
+        assert_eq!(u32::from_le_bytes(reply[8..12].try_into().unwrap()), 0x21);
+        assert_eq!(
+            u32::from_le_bytes(reply[12..16].try_into().unwrap()),
+            libc::EINVAL as u32
+        );
     }
 }

@@ -9,13 +9,12 @@
 //! capability), MSI-X (2, [`MSIX_VECTORS`]). The error and request indices (3, 4) are not
 //! reported, so QEMU's queries for them fail quietly and it enables neither.
 
+use crate::vfio_server::{IrqInfo, ServerRegion};
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
-    VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
-    VFIO_REGION_INFO_FLAG_WRITE,
+    VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_NUM_REGIONS,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
-use vfio_user::{IrqInfo, ServerRegion};
 
 use crate::config_space::CONFIG_SPACE_SIZE;
 use crate::interface::{
@@ -54,18 +53,7 @@ pub fn server_regions() -> Vec<ServerRegion> {
             } else {
                 0
             };
-            ServerRegion {
-                region_info: vfio_region_info {
-                    argsz: std::mem::size_of::<vfio_region_info>() as u32,
-                    flags,
-                    index,
-                    cap_offset: 0,
-                    size,
-                    offset: 0,
-                },
-                sparse_areas: Vec::new(),
-                mmap_fd: None,
-            }
+            ServerRegion { index, flags, size }
         })
         .collect()
 }
@@ -100,23 +88,19 @@ mod tests {
         let regions = server_regions();
         assert_eq!(regions.len(), 9);
         for (i, r) in regions.iter().enumerate() {
-            assert_eq!(
-                r.region_info.index as usize, i,
-                "regions are indexed by position"
-            );
-            assert_eq!(r.region_info.argsz, 32);
+            assert_eq!(r.index as usize, i, "regions are indexed by position");
         }
-        assert_eq!(regions[0].region_info.size, 0x1_0000);
-        assert_eq!(regions[4].region_info.size, 0x1000);
-        assert_eq!(regions[7].region_info.size, 256);
-        assert_eq!(regions[2].region_info.size, 0x10_0000);
+        assert_eq!(regions[0].size, 0x1_0000);
+        assert_eq!(regions[4].size, 0x1000);
+        assert_eq!(regions[7].size, 256);
+        assert_eq!(regions[2].size, 0x10_0000);
         for i in [1, 3, 5, 6, 8] {
-            assert_eq!(regions[i].region_info.size, 0, "region {i}");
-            assert_eq!(regions[i].region_info.flags, 0, "region {i}");
+            assert_eq!(regions[i].size, 0, "region {i}");
+            assert_eq!(regions[i].flags, 0, "region {i}");
         }
         for i in [0, 2, 4, 7] {
             assert_eq!(
-                regions[i].region_info.flags,
+                regions[i].flags,
                 VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE
             );
         }

@@ -25,6 +25,7 @@ use crate::msix::test_util::{count, eventfd};
 use crate::server::{bind, serve_device, ServeError};
 use crate::shared::SharedDevice;
 use crate::vfio_layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
+use crate::vfio_server::ServerError;
 
 const RW: u32 = DMA_MAP_READ | DMA_MAP_WRITE;
 const EVENTFD_TRIGGER: u32 = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
@@ -384,10 +385,9 @@ fn hostile_region_accesses_are_refused_and_config_writes_of_every_shape_are_safe
             } else {
                 err(&r, &what);
             }
-            // The crate refuses a region index it does not know before it reads the data,
-            // which then stays in the stream as the next "message" (the client desyncs its
-            // own session): only empty writes there.
-            if n <= 0x1000 && (region < NUM_REGIONS || n == 0) {
+            // The message size delimits every message, so a refused write (unknown region
+            // included) never leaves its data in the stream.
+            if n <= 0x1000 {
                 let data = vec![0u8; n as usize];
                 let r = c.call(
                     cmd::REGION_WRITE,
@@ -428,19 +428,28 @@ fn hostile_region_accesses_are_refused_and_config_writes_of_every_shape_are_safe
         id,
         u32::from(PCI_VENDOR_ID) | (u32::from(PCI_DEVICE_ID) << 16)
     );
-    // A declared count larger than the data sent: the server waits for the rest (it is
-    // the next message's bytes), then refuses the write once the count is complete.
-    let id = c
-        .send(
+    // A declared count that disagrees with the data the message size delimits is refused
+    // (EINVAL) and the session stays in step; so is a count above the transfer limit
+    // (E2BIG), whatever data follows, without the server allocating for it.
+    for (count, data) in [(8u32, 4usize), (4, 8), (0, 1), (0xffff_ffff, 4)] {
+        let r = c.call(
             cmd::REGION_WRITE,
-            0,
-            &vc::region(REGION_DB, 0, 8, &[0; 4]),
+            &vc::region(REGION_DB, 0, count, &vec![0; data]),
             &[],
-        )
-        .unwrap();
-    c.send_raw(&[0; 4], &[]).unwrap();
-    let r = c.recv().unwrap();
-    assert_eq!(r.id, id);
+        );
+        err(&r, &format!("count {count:#x} with {data} bytes"));
+        let want = if count == 0xffff_ffff {
+            libc::E2BIG
+        } else {
+            libc::EINVAL
+        };
+        assert_eq!(r.error, want as u32, "count {count:#x}");
+    }
+    let r = c.call(
+        cmd::REGION_WRITE,
+        &vc::region(REGION_DB, 0, 8, &[0; 8]),
+        &[],
+    );
     ok(&r, "8-byte doorbell write (ignored)");
     // DEVICE_RESET at any point, twice, and the device still answers.
     ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset");
@@ -640,41 +649,58 @@ fn end_with(test: &str, script: impl FnOnce(&mut RawClient)) -> Result<(), Serve
     r
 }
 
+/// Reads the error reply the server sends before it ends a connection, then the end.
+fn refused_then_closed(c: &mut RawClient, errno: i32) {
+    let r = c.recv().expect("an error reply before the end");
+    assert!(r.is_error(), "{r:?}");
+    assert_eq!(r.error, errno as u32, "{r:?}");
+    assert!(c.closed(), "the connection ends after the reply");
+}
+
 #[test]
 fn malformed_messages_end_only_their_connection_and_release_the_client() {
-    // VERSION whose capabilities string has no NUL: the vfio_user crate unwraps (panics);
-    // serve contains it.
+    // VERSION whose capabilities string has no NUL (the vfio_user crate used to panic on
+    // it): refused, and the session goes on.
     let r = end_with("version-nul", |c| {
         let p = vc::Payload::default().u16(0).u16(0).bytes(b"{}");
-        let _ = c.send(cmd::VERSION, 0, &p.0, &[]);
-        assert!(c.closed());
+        err(&c.call(cmd::VERSION, &p.0, &[]), "VERSION without NUL");
+        ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "still serving");
     });
-    assert!(matches!(r, Err(ServeError::Panicked(_))), "{r:?}");
-    // VERSION declaring a size smaller than its own fixed part (the crate's subtraction
-    // underflows): contained the same way.
+    r.unwrap();
+    // VERSION declaring a size smaller than a header (the crate's subtraction underflowed):
+    // the message cannot be delimited, so an error reply and the end.
     let r = end_with("version-small", |c| {
         let mut m = vc::header(9, cmd::VERSION, 4, 0);
         m.extend_from_slice(&[0; 4]);
         let _ = c.send_raw(&m, &[]);
-        assert!(c.closed());
+        refused_then_closed(c, libc::EINVAL);
     });
-    assert!(r.is_err(), "{r:?}");
-    // A declared size of 64 MiB with a short body, then the client goes: the crate
-    // allocates the declared size (zero pages) and fails reading; the connection ends.
+    assert!(
+        matches!(r, Err(ServeError::Protocol(ServerError::Framing(_)))),
+        "{r:?}"
+    );
+    // A declared size of 64 MiB: refused from the header alone (E2BIG), nothing allocated
+    // for it, the connection ends.
     let r = end_with("version-huge", |c| {
         let mut m = vc::header(9, cmd::VERSION, (64 << 20) + 20, 0);
         m.extend_from_slice(&[0; 4]);
         m.extend_from_slice(b"{\"capabilities\":{}}");
         let _ = c.send_raw(&m, &[]);
-        c.shutdown_write();
+        refused_then_closed(c, libc::E2BIG);
     });
-    assert!(r.is_err(), "{r:?}");
+    assert!(
+        matches!(r, Err(ServeError::Protocol(ServerError::Framing(_)))),
+        "{r:?}"
+    );
     // Half a header, then end of file.
     let r = end_with("half-header", |c| {
         let _ = c.send_raw(&vc::header(1, cmd::REGION_READ, 32, 0)[..5], &[]);
         c.shutdown_write();
     });
-    assert!(r.is_err(), "{r:?}");
+    assert!(
+        matches!(r, Err(ServeError::Protocol(ServerError::Truncated { .. }))),
+        "{r:?}"
+    );
     // A header whose body never comes: DMA_MAP, REGION_WRITE with data missing.
     for command in [
         cmd::DMA_MAP,
@@ -688,24 +714,29 @@ fn malformed_messages_end_only_their_connection_and_release_the_client() {
         });
         assert!(r.is_err(), "command {command}: {r:?}");
     }
+    // A write whose count disagrees with its message size: refused, the session goes on
+    // until the client ends it.
     let r = end_with("short-write", |c| {
-        let _ = c.send(
+        let r = c.call(
             cmd::REGION_WRITE,
-            0,
             &vc::region(REGION_CONFIG, 0, 64, &[1; 10]),
             &[],
         );
+        err(&r, "count 64 with 10 bytes");
         c.shutdown_write();
     });
-    assert!(r.is_err(), "{r:?}");
-    // More fds than the crate receives (16): the kernel truncates, the crate closes them
-    // and ends the connection.
+    r.unwrap();
+    // More fds than the server receives (16): the kernel truncates and closes the rest,
+    // the server closes what it got and ends the connection.
     let r = end_with("17-fds", |c| {
         let e = eventfd();
         let _ = c.send(cmd::DEVICE_RESET, 0, &[], &[e.as_raw_fd(); 17]);
         assert!(c.closed());
     });
-    assert!(matches!(r, Err(ServeError::Protocol(_))), "{r:?}");
+    assert!(
+        matches!(r, Err(ServeError::Protocol(ServerError::TooManyFds))),
+        "{r:?}"
+    );
     // A plain disconnect in the middle of a session is a normal end.
     let r = end_with("disconnect", |c| {
         ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset");
