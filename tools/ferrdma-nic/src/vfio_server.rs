@@ -546,3 +546,6 @@ fn take_fds(msg: &libc::msghdr, fds: &mut Vec<OwnedFd>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

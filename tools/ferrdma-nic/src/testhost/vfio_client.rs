@@ -98,6 +98,14 @@ impl RawClient {
         Ok(Self { stream, next_id: 0 })
     }
 
+    /// A client on an already connected stream (one end of a socket pair), with the same
+    /// read timeouts.
+    pub fn from_stream(stream: UnixStream) -> std::io::Result<Self> {
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Self { stream, next_id: 0 })
+    }
+
     /// Sends raw bytes with `fds` attached (SCM_RIGHTS on the first byte).
     pub fn send_raw(&mut self, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
         if fds.is_empty() {

@@ -804,3 +804,120 @@ fn truncating_guest_memory_under_the_device_faults_dma_instead_of_killing_the_pr
     s.finish().unwrap();
     s.check_released();
 }
+
+/// Whether every copy of a pipe's write end is closed (the read end sees end of file).
+fn write_end_closed(r: &std::fs::File) -> bool {
+    use std::io::Read;
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(r.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(r.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    matches!((&*r).read(&mut [0u8; 1]), Ok(0))
+}
+
+#[test]
+fn short_versions_client_replies_and_stray_fds_are_refused_and_the_session_goes_on() {
+    let s = Served::start("short-version");
+    let mut c = s.client();
+    // VERSION shorter than its fixed part (major, minor), and one before VERSION.
+    for payload in [&[][..], &[0u8][..], &[0, 0, 1][..]] {
+        let r = c.call(cmd::VERSION, payload, &[]);
+        err(&r, &format!("VERSION of {} bytes", payload.len()));
+        assert_eq!(r.error, libc::EINVAL as u32);
+    }
+    err(&c.call(cmd::DEVICE_RESET, &[], &[]), "reset before VERSION");
+    c.handshake();
+    // A message flagged as a reply (or any type but command) is refused.
+    for fl in [vc::FLAG_REPLY, vc::FLAG_REPLY | vc::FLAG_ERROR, 0xf] {
+        let id = c.send(cmd::DEVICE_RESET, fl, &[], &[]).unwrap();
+        let r = c.recv().unwrap();
+        assert_eq!(r.id, id);
+        err(&r, &format!("flags {fl:#x}"));
+    }
+    // Descriptors on commands that take none are closed, every one, and the commands run.
+    let (rp, wp) = pipe();
+    let w = wp.as_raw_fd();
+    for (command, payload) in [
+        (cmd::DEVICE_RESET, vec![]),
+        (cmd::DEVICE_GET_INFO, vec![0; 16]),
+        (cmd::REGION_READ, vc::region(REGION_CONFIG, 0, 4, &[])),
+        (cmd::REGION_WRITE, vc::region(REGION_CONFIG, 0x3c, 1, &[0])),
+        (cmd::DMA_UNMAP, vc::dma_unmap(0, 0, 0x1000)),
+    ] {
+        ok(
+            &c.call(command, &payload, &[w; 4]),
+            &format!("command {command} with fds"),
+        );
+    }
+    // Refused commands close theirs too: unknown, too many for DMA_MAP, SET_IRQS refused.
+    err(&c.call(99, &[0; 8], &[w; 2]), "unknown command with fds");
+    err(
+        &c.call(cmd::DMA_MAP, &vc::dma_map(RW, 0, 0x1000, 0x1000), &[w, w]),
+        "DMA_MAP with two fds",
+    );
+    err(
+        &c.call(
+            cmd::SET_IRQS,
+            &vc::set_irqs(EVENTFD_TRIGGER, MSIX, 0, 1),
+            &[w],
+        ),
+        "a pipe as an eventfd",
+    );
+    drop(wp);
+    assert!(
+        write_end_closed(&rp),
+        "the server kept a descriptor it was sent"
+    );
+    s.check_maps(&[]);
+    drop(c);
+    s.finish().unwrap();
+    s.check_released();
+}
+
+#[test]
+fn a_region_write_declaring_four_gib_is_refused_at_once_without_allocating_it() {
+    let s = Served::start("huge-write");
+    let mut c = s.client();
+    c.handshake();
+    // count 0xffff_ffff inside a message of honest size: refused (E2BIG), session goes on.
+    let r = c.call(
+        cmd::REGION_WRITE,
+        &vc::region(REGION_CONFIG, 0, 0xffff_ffff, &[0; 16]),
+        &[],
+    );
+    err(&r, "count 0xffff_ffff");
+    assert_eq!(r.error, libc::E2BIG as u32);
+    ok(&c.call(cmd::DEVICE_RESET, &[], &[]), "still serving");
+    // The same with a message size to match (the largest a header can declare): refused
+    // from the header, before any allocation, and the connection ends at once.
+    let started = std::time::Instant::now();
+    let mut m = vc::header(7, cmd::REGION_WRITE, u32::MAX, 0);
+    m.extend_from_slice(&vc::region(REGION_CONFIG, 0, 0xffff_ffff, &[0; 64]));
+    c.send_raw(&m, &[]).unwrap();
+    let r = c.recv().expect("an error reply");
+    assert_eq!(r.id, 7);
+    err(&r, "message size u32::MAX");
+    assert_eq!(r.error, libc::E2BIG as u32);
+    assert!(c.closed(), "the connection ends");
+    let end = s.finish();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused promptly, not after reading 4 GiB"
+    );
+    assert!(
+        matches!(end, Err(ServeError::Protocol(ServerError::Framing(_)))),
+        "{end:?}"
+    );
+    s.check_released();
+    // The process is fine: a fresh server on a fresh socket serves a full session.
+    let s = Served::start("huge-write-after");
+    let mut c = s.client();
+    c.handshake();
+    ok(
+        &c.call(cmd::DEVICE_GET_INFO, &[0; 16], &[]),
+        "a new session",
+    );
+    drop(c);
+    s.finish().unwrap();
+}
