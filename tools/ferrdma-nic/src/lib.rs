@@ -30,4 +30,6 @@ mod proptests;
 #[cfg(test)]
 mod proptests_backend;
 #[cfg(test)]
+mod proptests_vfio;
+#[cfg(test)]
 mod testhost;
