@@ -176,234 +176,16 @@ impl Server {
         backend: &mut dyn ServerBackend,
         stats: &mut SessionStats,
     ) -> Result<(), ServerError> {
-        let fd = stream.as_raw_fd();
-        let mut negotiated = false;
-        loop {
-            let mut fds = Vec::new();
-            let mut raw = [0u8; HEADER_SIZE];
-            match recv_exact(fd, &mut raw, &mut fds)? {
-                0 => {
-                    log::debug!("vfio-user: client closed the connection");
-                    return Ok(());
-                }
-                HEADER_SIZE => {}
-                got => {
-                    return Err(ServerError::Truncated {
-                        got,
-                        want: HEADER_SIZE,
-                    })
-                }
-            }
-            let h = Header::decode(&raw);
-            let len = match check_size(&h) {
-                Ok(len) => len,
-                Err(e) => {
-                    log::warn!("vfio-user: command {} id {}: {e}", h.command, h.id);
-                    // Best effort: the connection ends either way.
-                    let _ = send_all(fd, &error_reply(&h, e.errno()));
-                    return Err(ServerError::Framing(e));
-                }
-            };
-            let mut payload = buffer(len, stats)?;
-            let got = recv_exact(fd, &mut payload, &mut fds)?;
-            if got != len {
-                return Err(ServerError::Truncated { got, want: len });
-            }
-            stats.messages = stats.messages.saturating_add(1);
-            self.handle(fd, backend, &h, &payload, fds, &mut negotiated, stats)?;
-        }
-    }
-
-    /// Answers one complete message.
-    #[allow(clippy::too_many_arguments)]
-    fn handle(
-        &self,
-        fd: RawFd,
-        backend: &mut dyn ServerBackend,
-        h: &Header,
-        payload: &[u8],
-        fds: Vec<OwnedFd>,
-        negotiated: &mut bool,
-        stats: &mut SessionStats,
-    ) -> Result<(), ServerError> {
-        match self.answer(backend, h, payload, fds, negotiated, stats) {
-            Ok(reply) if !h.no_reply() => send_all(fd, &reply),
-            Ok(_) => Ok(()),
-            Err(e) => {
-                stats.refused = stats.refused.saturating_add(1);
-                log::debug!("vfio-user: command {} id {} refused: {e}", h.command, h.id);
-                // A command sent without wanting a reply gets none, also on failure,
-                // unless the missing reply is the refusal's reason.
-                let silent = h.no_reply()
-                    && !matches!(
-                        e,
-                        Refusal::Protocol(
-                            ProtocolError::NoReplyRefused(_) | ProtocolError::NotACommand(_)
-                        )
-                    );
-                if silent {
-                    Ok(())
-                } else {
-                    send_all(fd, &error_reply(h, e.errno()))
-                }
-            }
-        }
-    }
-
-    /// The full reply (header included) to a command, or why it is refused.
-    fn answer(
-        &self,
-        backend: &mut dyn ServerBackend,
-        h: &Header,
-        payload: &[u8],
-        mut fds: Vec<OwnedFd>,
-        negotiated: &mut bool,
-        stats: &mut SessionStats,
-    ) -> Result<Vec<u8>, Refusal> {
-        let req = parse(h, payload)?;
-        match (&req, *negotiated) {
-            (Request::Version { .. }, true) => return Err(ProtocolError::VersionAgain.into()),
-            (Request::Version { .. }, false) => {}
-            (_, false) => return Err(ProtocolError::NotNegotiated(h.command).into()),
-            (_, true) => {}
-        }
-        let takes_fds = matches!(req, Request::DmaMap { .. } | Request::SetIrqs { .. });
-        if !takes_fds && !fds.is_empty() {
-            log::debug!(
-                "vfio-user: command {}: closing {} file descriptors it does not take",
-                h.command,
-                fds.len()
-            );
-            fds.clear();
-        }
-        let reply = |out: Out| reply_bytes(h, &out.0);
-        match req {
-            Request::Version { minor, .. } => {
-                *negotiated = true;
-                let out = Out::default()
-                    .u16(VERSION_MAJOR)
-                    .u16(minor.min(VERSION_MINOR))
-                    .bytes(&server_capabilities(self.page_size));
-                Ok(reply(out))
-            }
-            Request::DmaMap {
-                flags,
-                offset,
-                address,
-                size,
-            } => {
-                if fds.len() > 1 {
-                    return Err(ProtocolError::TooManyFds(fds.len()).into());
-                }
-                let fd = fds.pop().map(File::from);
-                backend.dma_map(flags, offset, address, size, fd)?;
-                Ok(reply(Out::default()))
-            }
-            Request::DmaUnmap {
-                argsz,
-                flags,
-                address,
-                size,
-            } => {
-                backend.dma_unmap(flags, address, size)?;
-                let out = Out::default()
-                    .u32(argsz)
-                    .u32(flags.bits())
-                    .u64(address)
-                    .u64(size);
-                Ok(reply(out))
-            }
-            Request::DeviceGetInfo => {
-                let out = Out::default()
-                    .u32(16)
-                    .u32(VFIO_DEVICE_FLAGS_PCI | VFIO_DEVICE_FLAGS_RESET)
-                    .u32(table_len(self.regions.len()))
-                    .u32(table_len(self.irqs.len()));
-                Ok(reply(out))
-            }
-            Request::GetRegionInfo { index } => {
-                let r = self.region(index)?;
-                let out = Out::default()
-                    .u32(32)
-                    .u32(r.flags)
-                    .u32(r.index)
-                    .u32(0)
-                    .u64(r.size)
-                    .u64(0);
-                Ok(reply(out))
-            }
-            Request::GetIrqInfo { index } => {
-                let irq = self.irq(index)?;
-                let out = Out::default()
-                    .u32(16)
-                    .u32(irq.flags)
-                    .u32(irq.index)
-                    .u32(irq.count);
-                Ok(reply(out))
-            }
-            Request::SetIrqs {
-                flags,
-                index,
-                start,
-                count,
-            } => {
-                self.irq(index)?;
-                let files = fds.into_iter().map(File::from).collect();
-                backend.set_irqs(index, flags, start, count, files)?;
-                Ok(reply(Out::default()))
-            }
-            Request::RegionRead {
-                offset,
-                region,
-                count,
-            } => {
-                self.region(region)?;
-                self.read_reply(backend, h, offset, region, count, stats)
-            }
-            Request::RegionWrite {
-                offset,
-                region,
-                data,
-            } => {
-                self.region(region)?;
-                backend.region_write(region, offset, data)?;
-                let count = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                Ok(reply(Out::default().u64(offset).u32(region).u32(count)))
-            }
-            Request::DeviceReset => {
-                backend.reset()?;
-                Ok(reply(Out::default()))
-            }
-        }
-    }
-
-    /// The reply to a `REGION_READ` of `count` (at most `MAX_DATA_XFER`) bytes, read by
-    /// the backend straight into the reply buffer.
-    fn read_reply(
-        &self,
-        backend: &mut dyn ServerBackend,
-        h: &Header,
-        offset: u64,
-        region: u32,
-        count: u32,
-        stats: &mut SessionStats,
-    ) -> Result<Vec<u8>, Refusal> {
-        let n = usize::try_from(count).map_err(|_| ProtocolError::CountTooBig(count))?;
-        let fixed = HEADER_SIZE + REGION_ACCESS_SIZE;
-        let total = fixed.saturating_add(n);
-        let mut out = buffer(total, stats).map_err(|_| ProtocolError::CountTooBig(count))?;
-        let head = Out::default()
-            .bytes(&reply_header(h, REGION_ACCESS_SIZE.saturating_add(n)).encode())
-            .u64(offset)
-            .u32(region)
-            .u32(count);
-        if let Some(dst) = out.get_mut(..fixed) {
-            dst.copy_from_slice(&head.0);
-        }
-        if let Some(data) = out.get_mut(fixed..) {
-            backend.region_read(region, offset, data)?;
-        }
-        Ok(out)
+        let mut session = Session {
+            server: self,
+            fd: stream.as_raw_fd(),
+            backend,
+            negotiated: false,
+            stats,
+        };
+        while session.next_message()? {}
+        log::debug!("vfio-user: client closed the connection");
+        Ok(())
     }
 
     fn region(&self, index: u32) -> Result<&ServerRegion, ProtocolError> {
@@ -418,6 +200,242 @@ impl Server {
             .ok()
             .and_then(|i| self.irqs.get(i))
             .ok_or(ProtocolError::NoSuchIrq(index))
+    }
+}
+
+/// One client connection.
+struct Session<'a> {
+    server: &'a Server,
+    fd: RawFd,
+    backend: &'a mut dyn ServerBackend,
+    /// `VERSION` was accepted.
+    negotiated: bool,
+    stats: &'a mut SessionStats,
+}
+
+impl Session<'_> {
+    /// Reads and answers one message; `false` when the client closed the connection
+    /// between messages.
+    fn next_message(&mut self) -> Result<bool, ServerError> {
+        let mut fds = Vec::new();
+        let mut raw = [0u8; HEADER_SIZE];
+        match recv_exact(self.fd, &mut raw, &mut fds)? {
+            0 => return Ok(false),
+            HEADER_SIZE => {}
+            got => {
+                return Err(ServerError::Truncated {
+                    got,
+                    want: HEADER_SIZE,
+                })
+            }
+        }
+        let h = Header::decode(&raw);
+        let len = match check_size(&h) {
+            Ok(len) => len,
+            Err(e) => {
+                log::warn!("vfio-user: command {} id {}: {e}", h.command, h.id);
+                // Best effort: the connection ends either way.
+                let _ = send_all(self.fd, &error_reply(&h, e.errno()));
+                return Err(ServerError::Framing(e));
+            }
+        };
+        let mut payload = buffer(len, self.stats)?;
+        let got = recv_exact(self.fd, &mut payload, &mut fds)?;
+        if got != len {
+            return Err(ServerError::Truncated { got, want: len });
+        }
+        self.stats.messages = self.stats.messages.saturating_add(1);
+        self.handle(&h, &payload, fds)?;
+        Ok(true)
+    }
+
+    /// Answers one complete message (or refuses it).
+    fn handle(&mut self, h: &Header, payload: &[u8], fds: Vec<OwnedFd>) -> Result<(), ServerError> {
+        match self.answer(h, payload, fds) {
+            Ok(reply) if !h.no_reply() => send_all(self.fd, &reply),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.stats.refused = self.stats.refused.saturating_add(1);
+                log::debug!("vfio-user: command {} id {} refused: {e}", h.command, h.id);
+                // A command sent without wanting a reply gets none, also on failure,
+                // unless the missing reply is the refusal's reason.
+                let silent = h.no_reply()
+                    && !matches!(
+                        e,
+                        Refusal::Protocol(
+                            ProtocolError::NoReplyRefused(_) | ProtocolError::NotACommand(_)
+                        )
+                    );
+                if silent {
+                    Ok(())
+                } else {
+                    send_all(self.fd, &error_reply(h, e.errno()))
+                }
+            }
+        }
+    }
+
+    /// Checks the session state and the fds a command may take, then runs it.
+    fn answer(
+        &mut self,
+        h: &Header,
+        payload: &[u8],
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<Vec<u8>, Refusal> {
+        let req = parse(h, payload)?;
+        match (&req, self.negotiated) {
+            (Request::Version { .. }, true) => return Err(ProtocolError::VersionAgain.into()),
+            (Request::Version { .. }, false) => {}
+            (_, false) => return Err(ProtocolError::NotNegotiated(h.command).into()),
+            (_, true) => {}
+        }
+        let takes_fds = matches!(req, Request::DmaMap { .. } | Request::SetIrqs { .. });
+        if !takes_fds && !fds.is_empty() {
+            log::debug!(
+                "vfio-user: command {}: closing {} file descriptors it does not take",
+                h.command,
+                fds.len()
+            );
+            fds.clear();
+        }
+        self.run(h, req, fds)
+    }
+
+    /// The full reply (header included) to a command.
+    fn run(
+        &mut self,
+        h: &Header,
+        req: Request<'_>,
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<Vec<u8>, Refusal> {
+        let server = self.server;
+        let reply = |out: Out| reply_bytes(h, &out.0);
+        match req {
+            Request::Version { .. } => {
+                self.negotiated = true;
+                // The reply's minor version may not exceed the client's; ours is 0.
+                let out = Out::default()
+                    .u16(VERSION_MAJOR)
+                    .u16(VERSION_MINOR)
+                    .bytes(&server_capabilities(server.page_size));
+                Ok(reply(out))
+            }
+            Request::DmaMap {
+                flags,
+                offset,
+                address,
+                size,
+            } => {
+                if fds.len() > 1 {
+                    return Err(ProtocolError::TooManyFds(fds.len()).into());
+                }
+                let fd = fds.pop().map(File::from);
+                self.backend.dma_map(flags, offset, address, size, fd)?;
+                Ok(reply(Out::default()))
+            }
+            Request::DmaUnmap {
+                argsz,
+                flags,
+                address,
+                size,
+            } => {
+                self.backend.dma_unmap(flags, address, size)?;
+                let out = Out::default()
+                    .u32(argsz)
+                    .u32(flags.bits())
+                    .u64(address)
+                    .u64(size);
+                Ok(reply(out))
+            }
+            Request::DeviceGetInfo => {
+                let out = Out::default()
+                    .u32(16)
+                    .u32(VFIO_DEVICE_FLAGS_PCI | VFIO_DEVICE_FLAGS_RESET)
+                    .u32(table_len(server.regions.len()))
+                    .u32(table_len(server.irqs.len()));
+                Ok(reply(out))
+            }
+            Request::GetRegionInfo { index } => {
+                let r = server.region(index)?;
+                let out = Out::default()
+                    .u32(32)
+                    .u32(r.flags)
+                    .u32(r.index)
+                    .u32(0)
+                    .u64(r.size)
+                    .u64(0);
+                Ok(reply(out))
+            }
+            Request::GetIrqInfo { index } => {
+                let irq = server.irq(index)?;
+                let out = Out::default()
+                    .u32(16)
+                    .u32(irq.flags)
+                    .u32(irq.index)
+                    .u32(irq.count);
+                Ok(reply(out))
+            }
+            Request::SetIrqs {
+                flags,
+                index,
+                start,
+                count,
+            } => {
+                server.irq(index)?;
+                let files = fds.into_iter().map(File::from).collect();
+                self.backend.set_irqs(index, flags, start, count, files)?;
+                Ok(reply(Out::default()))
+            }
+            Request::RegionRead {
+                offset,
+                region,
+                count,
+            } => {
+                server.region(region)?;
+                self.read_reply(h, offset, region, count)
+            }
+            Request::RegionWrite {
+                offset,
+                region,
+                data,
+            } => {
+                server.region(region)?;
+                self.backend.region_write(region, offset, data)?;
+                let count = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                Ok(reply(Out::default().u64(offset).u32(region).u32(count)))
+            }
+            Request::DeviceReset => {
+                self.backend.reset()?;
+                Ok(reply(Out::default()))
+            }
+        }
+    }
+
+    /// The reply to a `REGION_READ` of `count` (at most `MAX_DATA_XFER`) bytes, read by
+    /// the backend straight into the reply buffer.
+    fn read_reply(
+        &mut self,
+        h: &Header,
+        offset: u64,
+        region: u32,
+        count: u32,
+    ) -> Result<Vec<u8>, Refusal> {
+        let n = usize::try_from(count).map_err(|_| ProtocolError::CountTooBig(count))?;
+        let fixed = HEADER_SIZE + REGION_ACCESS_SIZE;
+        let total = fixed.saturating_add(n);
+        let mut out = buffer(total, self.stats).map_err(|_| ProtocolError::CountTooBig(count))?;
+        let head = Out::default()
+            .bytes(&reply_header(h, REGION_ACCESS_SIZE.saturating_add(n)).encode())
+            .u64(offset)
+            .u32(region)
+            .u32(count);
+        if let Some(dst) = out.get_mut(..fixed) {
+            dst.copy_from_slice(&head.0);
+        }
+        if let Some(data) = out.get_mut(fixed..) {
+            self.backend.region_read(region, offset, data)?;
+        }
+        Ok(out)
     }
 }
 
