@@ -15,17 +15,40 @@ load_ferrdma
 wait_probe 1 >/dev/null
 gid=$(wait_gid ferrdma0)
 
+# perftest times itself with the TSC and first calibrates it against gettimeofday; on a
+# loaded TCG host the calibration's fit can come out below r^2 0.9 (the guest kernel then
+# also marks its TSC unstable), and perftest exits with "Can't produce a report" after the
+# traffic ran. That is the tool's clock, not the data path: such a run is repeated once.
+clock_failed() { # LOG...: whether perftest gave up on its TSC calibration
+	grep -q "Can't produce a report" "$@" && grep -q 'Correlation coefficient r^2' "$@"
+}
+
 perf() { # ROWS TOOL ARGS...: server + client; ROWS result rows expected from the client
-	local rows=$1 tool=$2; shift 2
-	"$tool" -d ferrdma0 -x "$gid" "$@" > /tmp/server.log 2>&1 &
-	local spid=$!
-	wait_listen 18515
-	if ! timeout 200 "$tool" -d ferrdma0 -x "$gid" "$@" 127.0.0.1 > /tmp/client.log 2>&1; then
-		cat /tmp/client.log /tmp/server.log
-		kill "$spid" 2>/dev/null
-		fail "$tool $* failed (client)"
-	fi
-	wait "$spid" || { cat /tmp/client.log /tmp/server.log; fail "$tool $* failed (server)"; }
+	local rows=$1 tool=$2 try; shift 2
+	for try in 1 2; do
+		"$tool" -d ferrdma0 -x "$gid" "$@" > /tmp/server.log 2>&1 &
+		local spid=$!
+		wait_listen 18515
+		if ! timeout 200 "$tool" -d ferrdma0 -x "$gid" "$@" 127.0.0.1 > /tmp/client.log 2>&1; then
+			kill "$spid" 2>/dev/null
+			wait "$spid" 2>/dev/null
+			if [ "$try" = 1 ] && clock_failed /tmp/client.log /tmp/server.log; then
+				note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
+				continue
+			fi
+			cat /tmp/client.log /tmp/server.log
+			fail "$tool $* failed (client)"
+		fi
+		if ! wait "$spid"; then
+			if [ "$try" = 1 ] && clock_failed /tmp/server.log; then
+				note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
+				continue
+			fi
+			cat /tmp/client.log /tmp/server.log
+			fail "$tool $* failed (server)"
+		fi
+		break
+	done
 	local got
 	got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/client.log)
 	[ "$got" = "$rows" ] || { cat /tmp/client.log; fail "$tool $*: $got result rows, expected $rows"; }
