@@ -24,30 +24,26 @@ clock_failed() { # LOG...: whether perftest gave up on its TSC calibration
 }
 
 perf() { # ROWS TOOL ARGS...: server + client; ROWS result rows expected from the client
-	local rows=$1 tool=$2 try; shift 2
+	local rows=$1 tool=$2 try failed spid; shift 2
 	for try in 1 2; do
 		"$tool" -d ferrdma0 -x "$gid" "$@" > /tmp/server.log 2>&1 &
-		local spid=$!
+		spid=$!
 		wait_listen 18515
+		failed=
 		if ! timeout 200 "$tool" -d ferrdma0 -x "$gid" "$@" 127.0.0.1 > /tmp/client.log 2>&1; then
 			kill "$spid" 2>/dev/null
 			wait "$spid" 2>/dev/null
-			if [ "$try" = 1 ] && clock_failed /tmp/client.log /tmp/server.log; then
-				note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
-				continue
-			fi
-			cat /tmp/client.log /tmp/server.log
-			fail "$tool $* failed (client)"
+			failed=client
+		elif ! wait "$spid"; then
+			failed=server
 		fi
-		if ! wait "$spid"; then
-			if [ "$try" = 1 ] && clock_failed /tmp/server.log; then
-				note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
-				continue
-			fi
-			cat /tmp/client.log /tmp/server.log
-			fail "$tool $* failed (server)"
+		[ -z "$failed" ] && break
+		if [ "$try" = 1 ] && clock_failed /tmp/client.log /tmp/server.log; then
+			note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
+			continue
 		fi
-		break
+		cat /tmp/client.log /tmp/server.log
+		fail "$tool $* failed ($failed)"
 	done
 	local got
 	got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/client.log)
