@@ -6,6 +6,8 @@
 #   make run     boot VMs with ferrdma NICs on one fabric and run the demo
 #   make check   all tests: device-model unit tests, kernel build, KUnit and VM tests
 #   make bench   perftest on ferrdma and on rxe in the same VM, one table
+#   make fuzz-uverbs   the uverbs fuzzer, long: FUZZ_COMMANDS (1000000) with FUZZ_SEED (fresh)
+#   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #
 # Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
 # $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
@@ -14,7 +16,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic progs kmod run bench check check-nic check-vm check-baseline fmt clean-cache
+.PHONY: all help sysroot kernel nic progs kmod run bench fuzz-uverbs fuzz-nic check check-nic check-vm check-baseline fmt clean-cache
 
 all: kernel nic
 
@@ -45,6 +47,22 @@ run: kernel nic
 bench: kernel nic
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --timeout 900 \
 		/ferrdma/src/tools/testing/ferrdma/bench/bench.sh
+
+# The uverbs fuzzer of make check (tests/uverbs-fuzz-ferrdma.sh), longer and with a fresh seed
+# unless FUZZ_SEED replays one; about 1 s per 1000 commands under TCG plus a minute.
+FUZZ_COMMANDS ?= 1000000
+FUZZ_SEED ?= $(shell date +%s)
+fuzz-uverbs: kernel nic progs
+	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/ferrdma-vm \
+		--timeout $$(( $(FUZZ_COMMANDS) / 200 + 600 )) \
+		/ferrdma/src/tools/testing/ferrdma/tests/uverbs-fuzz-ferrdma.sh $(FUZZ_COMMANDS) $(FUZZ_SEED)
+
+# The device model's fuzz storm (tools/ferrdma-nic/src/testhost/fuzz.rs), an ignored cargo
+# test: make check runs the same properties with 96 sequences each.
+FUZZ_OPS ?= 2000000
+fuzz-nic:
+	@cd tools/ferrdma-nic && FERRDMA_FUZZ_OPS=$(FUZZ_OPS) cargo test --release --locked \
+		--lib -- --ignored fuzz_storm --nocapture
 
 check:
 	@scripts/check.sh
