@@ -27,7 +27,6 @@ sends it SIGKILL through PR_SET_PDEATHSIG should the harness itself be killed).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import os
@@ -38,6 +37,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -135,13 +135,11 @@ def reexec_in_sysroot(program: str, args: list[str]) -> None:
 # --------------------------------------------------------------------------------------------
 # Child processes
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup() -> None:
-    """Runs in the child before exec: die with the harness."""
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+# Every child dies with the harness: util-linux's setpriv sets PR_SET_PDEATHSIG and execs the
+# command (a Python preexec_fn would do the same, but is unsafe once run-tests runs tests
+# side by side in threads). The signal comes when the thread that started the child ends,
+# which is after the child has been waited for, or when the harness dies.
+_DIE_WITH_HARNESS = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 class Child:
@@ -159,8 +157,8 @@ class Child:
             log.write(f"# {shlex.join(argv)}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-                start_new_session=True, preexec_fn=_child_setup, close_fds=True)
+                _DIE_WITH_HARNESS + argv, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, close_fds=True)
         self.pid = self.popen.pid
 
     @property
@@ -741,6 +739,12 @@ class _Interrupted(BaseException):
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
     """SIGTERM and SIGHUP interrupt the run like Ctrl-C does, so cleanup still happens."""
+    if threading.current_thread() is not threading.main_thread():
+        # Runs side by side (run-tests --jobs): only the main thread gets signals; when it
+        # ends, the children die with it (PR_SET_PDEATHSIG).
+        yield
+        return
+
     def handler(signum, _frame):
         raise _Interrupted(signal.Signals(signum).name)
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=500
+# ferrdma-test: vms=1 timeout=500 alone=yes
 #
 # CEQ interrupt moderation (the ceq_moderation_us module parameter; manual, "Interrupt
 # moderation"): a value beyond the device's limit makes the probe fail with a clear message;

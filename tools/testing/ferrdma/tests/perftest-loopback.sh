@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=600
+# ferrdma-test: vms=1 timeout=600 alone=yes
 #
 # Stock perftest between two processes on one VM over ferrdma0 (RC through the NIC's
 # loopback): ib_send_bw, ib_write_bw and ib_read_bw over every size from 2 B to 8 MiB (-a),
