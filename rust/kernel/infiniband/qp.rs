@@ -485,3 +485,44 @@ pub(crate) unsafe extern "C" fn destroy_qp<T: Driver>(
     unsafe { (*obj).data.assume_init_drop() };
     0
 }
+
+#[macros::kunit_tests(rust_infiniband_qp)]
+mod tests {
+    use super::*;
+
+    const INIT: u32 =
+        attr_mask::STATE | attr_mask::PKEY_INDEX | attr_mask::PORT | attr_mask::ACCESS_FLAGS;
+
+    #[test]
+    fn transition_ok_follows_ib_cores_table_for_known_types() {
+        assert!(transition_ok(QpState::Reset, QpState::Init, QpType::Rc, INIT));
+        assert!(!transition_ok(
+            QpState::Reset,
+            QpState::Init,
+            QpType::Rc,
+            attr_mask::STATE
+        ));
+        // UC is in the table although this enum has no name for it.
+        let uc = QpType::Other(bindings::ib_qp_type_IB_QPT_UC);
+        assert!(transition_ok(QpState::Reset, QpState::Init, uc, INIT));
+        assert!(transition_ok(QpState::Reset, QpState::Reset, QpType::Ud, 0));
+    }
+
+    #[test]
+    fn transition_ok_refuses_qp_types_outside_ib_cores_table() {
+        // ib_modify_qp_is_ok() indexes `req_param[type]`/`opt_param[type]`, arrays of
+        // IB_QPT_MAX entries: these types would read past them (IB_QPT_DRIVER is what
+        // ib_core passes for driver-specific QPs). Values far beyond would fault, so only
+        // ones that stay inside the static table are probed here.
+        for t in [
+            bindings::ib_qp_type_IB_QPT_MAX,
+            bindings::ib_qp_type_IB_QPT_MAX + 1,
+            bindings::ib_qp_type_IB_QPT_DRIVER,
+        ] {
+            let ty = QpType::Other(t);
+            assert!(!transition_ok(QpState::Reset, QpState::Reset, ty, 0));
+            assert!(!transition_ok(QpState::Reset, QpState::Init, ty, INIT));
+            assert!(!transition_ok(QpState::Rts, QpState::Err, ty, attr_mask::STATE));
+        }
+    }
+}
