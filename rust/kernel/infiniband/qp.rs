@@ -238,9 +238,18 @@ pub struct QpAttr {
 
 /// Whether ib_core's QP state table allows going from `cur` to `next` of a QP of type `ty`
 /// with attribute `mask` (`ib_modify_qp_is_ok`).
+///
+/// The table has a column per type below `IB_QPT_MAX` only; any other type (e.g.
+/// `IB_QPT_DRIVER`, which ib_core passes for driver-specific QPs) has no transitions.
 pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: u32) -> bool {
-    // SAFETY: A pure table lookup.
-    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty.to_raw(), mask) }
+    let ty = ty.to_raw();
+    // `ib_modify_qp_is_ok` indexes `req_param[type]` and `opt_param[type]` unchecked.
+    if ty >= bindings::ib_qp_type_IB_QPT_MAX {
+        return false;
+    }
+    // SAFETY: A pure lookup in a static table: both states are `enum ib_qp_state` values
+    // (a `QpState`) and `ty` is below `IB_QPT_MAX`, so every index is in bounds.
+    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty, mask) }
 }
 
 /// The object of a QP of driver `T`: its event handle and the driver's data.
