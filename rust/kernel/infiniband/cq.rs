@@ -123,7 +123,10 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
     match destroy_outcome(res, udata.is_null()) {
         DestroyOutcome::Keep(e) => return e.to_errno(),
         DestroyOutcome::Drop(Some(e)) => {
-            pr_err!("infiniband: destroy of a kernel CQ failed ({:?}); dropped anyway\n", e)
+            pr_err!(
+                "infiniband: destroy of a kernel CQ failed ({:?}); dropped anyway\n",
+                e
+            )
         }
         DestroyOutcome::Drop(None) => {}
     }
@@ -165,7 +168,10 @@ mod tests {
 
     #[test]
     fn a_kernel_cq_is_revoked_and_dropped_even_when_its_destroy_fails() {
-        assert_eq!(destroy_outcome(Err(EIO), true), DestroyOutcome::Drop(Some(EIO)));
+        assert_eq!(
+            destroy_outcome(Err(EIO), true),
+            DestroyOutcome::Drop(Some(EIO))
+        );
         assert_eq!(destroy_outcome(Ok(()), true), DestroyOutcome::Drop(None));
     }
 }

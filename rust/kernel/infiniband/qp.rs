@@ -504,7 +504,12 @@ mod tests {
 
     #[test]
     fn transition_ok_follows_ib_cores_table_for_known_types() {
-        assert!(transition_ok(QpState::Reset, QpState::Init, QpType::Rc, INIT));
+        assert!(transition_ok(
+            QpState::Reset,
+            QpState::Init,
+            QpType::Rc,
+            INIT
+        ));
         assert!(!transition_ok(
             QpState::Reset,
             QpState::Init,
@@ -531,7 +536,12 @@ mod tests {
             let ty = QpType::Other(t);
             assert!(!transition_ok(QpState::Reset, QpState::Reset, ty, 0));
             assert!(!transition_ok(QpState::Reset, QpState::Init, ty, INIT));
-            assert!(!transition_ok(QpState::Rts, QpState::Err, ty, attr_mask::STATE));
+            assert!(!transition_ok(
+                QpState::Rts,
+                QpState::Err,
+                ty,
+                attr_mask::STATE
+            ));
         }
     }
 }
