@@ -55,6 +55,12 @@ __rust_helper struct ib_umem *rust_helper_ib_umem_get_va(struct ib_device *devic
 	return ib_umem_get_va(device, addr, size, access);
 }
 
+/* Whether the pages were pinned for writing (FOLL_WRITE), i.e. the device may write them. */
+__rust_helper bool rust_helper_ib_umem_is_writable(const struct ib_umem *umem)
+{
+	return umem->writable;
+}
+
 __rust_helper size_t rust_helper_ib_umem_num_dma_blocks(struct ib_umem *umem,
 							unsigned long pgsz)
 {

@@ -95,12 +95,20 @@ pub(crate) unsafe extern "C" fn create_cq<T: Driver>(
 
 /// `destroy_cq`.
 ///
+/// A user CQ whose destroy fails stays alive in ib_core (`ib_destroy_cq_user` returns the
+/// error and frees nothing; the handle stays valid), so it keeps its data and its events.
+/// A kernel CQ (`udata` null) is gone whatever the driver answers: `ib_free_cq` frees it
+/// even when `destroy_cq` fails. Its event handle is therefore revoked and its data dropped
+/// unconditionally, and the call reports success, so that the legacy `ib_destroy_cq` (which
+/// would keep the memory on an error) cannot be told the CQ still exists when its data is
+/// gone; the driver's error is logged.
+///
 /// # Safety
 ///
 /// Called by ib_core once for a CQ `create_cq` initialised.
 pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
     cq: *mut bindings::ib_cq,
-    _udata: *mut bindings::ib_udata,
+    udata: *mut bindings::ib_udata,
 ) -> c_int {
     let obj = cq.cast::<CqObject<T>>();
     // SAFETY: The CQ is live and initialised (function contract).
@@ -111,11 +119,59 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
         )
     };
     // SAFETY: Called from an ib_core callback.
-    if let Err(e) = unsafe { dev.with_data(|d| T::destroy_cq(d, &data.1)) } {
-        return e.to_errno();
+    let res = unsafe { dev.with_data(|d| T::destroy_cq(d, &data.1)) };
+    match destroy_outcome(res, udata.is_null()) {
+        DestroyOutcome::Keep(e) => return e.to_errno(),
+        DestroyOutcome::Drop(Some(e)) => {
+            pr_err!(
+                "infiniband: destroy of a kernel CQ failed ({:?}); dropped anyway\n",
+                e
+            )
+        }
+        DestroyOutcome::Drop(None) => {}
     }
     data.0.revoke();
     // SAFETY: Initialised by `create_cq`, dropped once; ib_core frees the memory afterwards.
     unsafe { (*obj).data.assume_init_drop() };
     0
+}
+
+/// What a destroy callback does with the object after the driver's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum DestroyOutcome {
+    /// ib_core keeps the object: keep its data and event handle, return the error.
+    Keep(Error),
+    /// ib_core frees the object: revoke its event handle and drop its data (the driver's
+    /// error, if any, is only reported).
+    Drop(Option<Error>),
+}
+
+/// The outcome of a destroy the driver answered with `res`, for an object that ib_core frees
+/// even on an error (`core_frees_anyway`: a kernel CQ) or only on success (everything else).
+pub(crate) fn destroy_outcome(res: Result, core_frees_anyway: bool) -> DestroyOutcome {
+    match res {
+        Ok(()) => DestroyOutcome::Drop(None),
+        Err(e) if core_frees_anyway => DestroyOutcome::Drop(Some(e)),
+        Err(e) => DestroyOutcome::Keep(e),
+    }
+}
+
+#[macros::kunit_tests(rust_infiniband_cq)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_destroy_keeps_objects_ib_core_keeps() {
+        assert_eq!(destroy_outcome(Err(EIO), false), DestroyOutcome::Keep(EIO));
+        assert_eq!(destroy_outcome(Ok(()), false), DestroyOutcome::Drop(None));
+    }
+
+    #[test]
+    fn a_kernel_cq_is_revoked_and_dropped_even_when_its_destroy_fails() {
+        assert_eq!(
+            destroy_outcome(Err(EIO), true),
+            DestroyOutcome::Drop(Some(EIO))
+        );
+        assert_eq!(destroy_outcome(Ok(()), true), DestroyOutcome::Drop(None));
+    }
 }

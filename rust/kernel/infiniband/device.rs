@@ -23,7 +23,7 @@ use crate::{
     types::Opaque,
     ThisModule,
 };
-use core::{cell::UnsafeCell, marker::PhantomData, ptr::NonNull};
+use core::{cell::UnsafeCell, marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
 
 /// An RDMA device of driver `T` (`struct ib_device`).
 ///
@@ -107,13 +107,19 @@ pub struct RegistrationParams {
 
 /// A registered RDMA device.
 ///
-/// Dropping it unregisters the device (waiting for every user context to be closed), then
-/// frees it and the registration data.
+/// Dropping it unregisters the device (waiting for every user context to be closed), frees
+/// the interrupt handlers, drops the registration data and only then frees the `ib_device`:
+/// the data's teardown (e.g. a device reset) still has the device it was made for.
+///
+/// # Invariants
+///
+/// `data` is dropped exactly once, in `Drop`, between `ib_unregister_device()` and
+/// `ib_dealloc_device()`.
 pub struct Registration<'a, T: Driver> {
     dev: NonNull<Device<T>>,
     netdev: Pin<KBox<NetdevBinding>>,
     irqs: Option<Vectors<'a, T>>,
-    _data: Pin<KBox<T::RegistrationData<'a>>>,
+    data: ManuallyDrop<Pin<KBox<T::RegistrationData<'a>>>>,
     _p: PhantomData<&'a ()>,
 }
 
@@ -161,6 +167,10 @@ impl<'a, T: Driver> Registration<'a, T> {
             ib.num_comp_vectors = c_int::try_from(params.num_comp_vectors)?;
             ib.node_guid = params.node_guid.to_be();
             ib.__bindgen_anon_1.dev.parent = parent.as_raw();
+            // Set once, before any consumer can read it (not on every query_device).
+            if let Some(k) = T::query_device(&data).local_dma_lkey {
+                ib.local_dma_lkey = k;
+            }
             let data_ptr: *const T::RegistrationData<'a> = &*data;
             *(*dev.as_ptr()).reg_data.get() = data_ptr.cast();
 
@@ -199,7 +209,8 @@ impl<'a, T: Driver> Registration<'a, T> {
             dev,
             netdev,
             irqs,
-            _data: data,
+            // INVARIANT: Dropped only in `Drop`.
+            data: ManuallyDrop::new(data),
             _p: PhantomData,
         })
     }
@@ -220,7 +231,7 @@ impl<'a, T: Driver> Registration<'a, T> {
 
     /// The registration data.
     pub fn data(&self) -> &T::RegistrationData<'a> {
-        &self._data
+        &self.data
     }
 
     /// The registered device.
@@ -238,6 +249,9 @@ impl<T: Driver> Drop for Registration<'_, T> {
         self.netdev.as_ref().unregister();
         // No handler may run once the data goes.
         self.irqs = None;
+        // SAFETY: No callback, notifier or handler can reach the data any more (all are gone
+        // above), and it is dropped only here (type invariant).
+        unsafe { ManuallyDrop::drop(&mut self.data) };
         // SAFETY: The device is unregistered and nothing references it any more.
         unsafe { bindings::ib_dealloc_device(raw) };
     }
@@ -397,11 +411,6 @@ impl<T: Driver> VTable<T> {
             let attr: DeviceAttr = unsafe { dev.with_data(|d| T::query_device(d)) };
             // SAFETY: `out` is valid for writes (callback contract).
             attr.write_to(unsafe { &mut *out });
-            if let Some(k) = attr.local_dma_lkey {
-                // SAFETY: ib_core queries the device while registering it, before any
-                // consumer reads the key; the device is valid (callback contract).
-                unsafe { (*ib).local_dma_lkey = k };
-            }
             Ok(0)
         })
     }

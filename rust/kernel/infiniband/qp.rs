@@ -238,9 +238,18 @@ pub struct QpAttr {
 
 /// Whether ib_core's QP state table allows going from `cur` to `next` of a QP of type `ty`
 /// with attribute `mask` (`ib_modify_qp_is_ok`).
+///
+/// The table has a column per type below `IB_QPT_MAX` only; any other type (e.g.
+/// `IB_QPT_DRIVER`, which ib_core passes for driver-specific QPs) has no transitions.
 pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: u32) -> bool {
-    // SAFETY: A pure table lookup.
-    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty.to_raw(), mask) }
+    let ty = ty.to_raw();
+    // `ib_modify_qp_is_ok` indexes `req_param[type]` and `opt_param[type]` unchecked.
+    if ty >= bindings::ib_qp_type_IB_QPT_MAX {
+        return false;
+    }
+    // SAFETY: A pure lookup in a static table: both states are `enum ib_qp_state` values
+    // (a `QpState`) and `ty` is below `IB_QPT_MAX`, so every index is in bounds.
+    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty, mask) }
 }
 
 /// The object of a QP of driver `T`: its event handle and the driver's data.
@@ -484,4 +493,55 @@ pub(crate) unsafe extern "C" fn destroy_qp<T: Driver>(
     // SAFETY: Initialised by `create_qp`, dropped once; ib_core frees the memory afterwards.
     unsafe { (*obj).data.assume_init_drop() };
     0
+}
+
+#[macros::kunit_tests(rust_infiniband_qp)]
+mod tests {
+    use super::*;
+
+    const INIT: u32 =
+        attr_mask::STATE | attr_mask::PKEY_INDEX | attr_mask::PORT | attr_mask::ACCESS_FLAGS;
+
+    #[test]
+    fn transition_ok_follows_ib_cores_table_for_known_types() {
+        assert!(transition_ok(
+            QpState::Reset,
+            QpState::Init,
+            QpType::Rc,
+            INIT
+        ));
+        assert!(!transition_ok(
+            QpState::Reset,
+            QpState::Init,
+            QpType::Rc,
+            attr_mask::STATE
+        ));
+        // UC is in the table although this enum has no name for it.
+        let uc = QpType::Other(bindings::ib_qp_type_IB_QPT_UC);
+        assert!(transition_ok(QpState::Reset, QpState::Init, uc, INIT));
+        assert!(transition_ok(QpState::Reset, QpState::Reset, QpType::Ud, 0));
+    }
+
+    #[test]
+    fn transition_ok_refuses_qp_types_outside_ib_cores_table() {
+        // ib_modify_qp_is_ok() indexes `req_param[type]`/`opt_param[type]`, arrays of
+        // IB_QPT_MAX entries: these types would read past them (IB_QPT_DRIVER is what
+        // ib_core passes for driver-specific QPs). Values far beyond would fault, so only
+        // ones that stay inside the static table are probed here.
+        for t in [
+            bindings::ib_qp_type_IB_QPT_MAX,
+            bindings::ib_qp_type_IB_QPT_MAX + 1,
+            bindings::ib_qp_type_IB_QPT_DRIVER,
+        ] {
+            let ty = QpType::Other(t);
+            assert!(!transition_ok(QpState::Reset, QpState::Reset, ty, 0));
+            assert!(!transition_ok(QpState::Reset, QpState::Init, ty, INIT));
+            assert!(!transition_ok(
+                QpState::Rts,
+                QpState::Err,
+                ty,
+                attr_mask::STATE
+            ));
+        }
+    }
 }

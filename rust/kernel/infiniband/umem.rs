@@ -25,7 +25,9 @@ unsafe impl Sync for Umem {}
 
 impl Umem {
     /// Pins `[addr, addr + len)` of the calling process for `ib` with IB access flags
-    /// `access` (writable if any write access is requested).
+    /// `access`: writable (`FOLL_WRITE`) only if `access` has a write right
+    /// (`ib_access_writable`: local or remote write, remote atomic, MW bind); see
+    /// [`Self::is_writable`].
     ///
     /// # Safety
     ///
@@ -57,6 +59,18 @@ impl Umem {
     pub fn len(&self) -> u64 {
         // SAFETY: `raw` is valid (type invariant); the field is immutable.
         unsafe { (*self.raw.as_ptr()).length as u64 }
+    }
+
+    /// Whether the pages were pinned for writing (`FOLL_WRITE`).
+    ///
+    /// Only then may the device write them. A region pinned without it may be the page
+    /// cache of a file the process can only read (a `PROT_READ`, `MAP_SHARED` mapping): a
+    /// device write there changes the file. The pin follows the access flags the user gave,
+    /// so a driver that makes the device write into a registration for its own reasons
+    /// (rings, CQEs, shadow areas named in driver data) must refuse one that is not writable.
+    pub fn is_writable(&self) -> bool {
+        // SAFETY: `raw` is valid (type invariant); the flag is set once by `ib_umem_get_va`.
+        unsafe { bindings::ib_umem_is_writable(self.raw.as_ptr()) }
     }
 
     /// Whether the region is empty (never, for a pinned region).

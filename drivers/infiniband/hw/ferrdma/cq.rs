@@ -165,11 +165,19 @@ impl IbData<'_> {
         self.ids.lock().cqs.free(id);
     }
 
+    /// Destroys the device CQ, then forgets it. If DESTROY_CQ fails nothing changes: a user
+    /// CQ lives on in ib_core (and keeps its events), a kernel CQ's ring is leaked, as the
+    /// device may still write it (ib_core frees a kernel CQ whatever we answer).
     pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result {
-        // Stop event delivery first; the device may still complete into the ring until
-        // DESTROY_CQ returns, which is fine: it is pinned until the registration goes.
+        if let Err(e) = self.destroy_object(hw::admin_op::DESTROY_CQ, cq.id) {
+            if let CqMem::Kernel(k) = &cq.mem {
+                core::mem::forget(k.clone());
+            }
+            return Err(e);
+        }
+        // Events until here went to a live CQ (the abstraction revokes the handle only when
+        // we return); after DESTROY_CQ the device writes nothing more for this id.
         self.tables.lock().set_cq(cq.id, None);
-        self.destroy_object(hw::admin_op::DESTROY_CQ, cq.id)?;
         self.ids.lock().cqs.free(cq.id);
         if let CqMem::User { ring, .. } = &cq.mem {
             ring.release();

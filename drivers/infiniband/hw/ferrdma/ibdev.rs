@@ -25,9 +25,9 @@ use kernel::{
     },
     io::Io,
     irq::IrqReturn,
-    new_mutex, new_spinlock, new_spinlock_irq,
+    new_mutex, new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Mutex, SpinLock, SpinLockIrq},
+    sync::{Arc, Mutex, SpinLockIrq},
 };
 
 /// The RDMA side of the ferrdma driver.
@@ -57,8 +57,12 @@ pub(crate) struct IbData<'a> {
     doorbells: Option<u64>,
     /// The device's limits (QUERY_CAPS).
     pub(crate) caps: hw::Caps,
+    /// Taken with interrupts off: ib_cm creates and destroys AHs under its `cm_id_priv`
+    /// lock, which `cm_establish` takes in hard-IRQ context when a QP event handler passes
+    /// COMM_EST on (`rdma_notify`, from our AEQ interrupt). With interrupts on here, that
+    /// interrupt could spin on the cm lock held by a CPU that spins on this one.
     #[pin]
-    pub(crate) ids: SpinLock<Ids>,
+    pub(crate) ids: SpinLockIrq<Ids>,
     /// Event delivery handles by CQ and QP id, read by the interrupt handlers.
     #[pin]
     pub(crate) tables: SpinLockIrq<Tables>,
@@ -175,7 +179,7 @@ impl<'a> IbData<'a> {
             mac: info.mac,
             doorbells: info.doorbells,
             caps: info.caps,
-            ids <- new_spinlock!(Ids {
+            ids <- new_spinlock_irq!(Ids {
                 db_pages: IdBitmap::new(),
                 pds: IdBitmap::new(),
                 cqs: IdBitmap::new(),

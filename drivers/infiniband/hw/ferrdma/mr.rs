@@ -227,6 +227,13 @@ impl IbData<'_> {
             abi::MEMREG_TYPE_QP | abi::MEMREG_TYPE_CQ => return Err(EINVAL),
             _ => return Err(EOPNOTSUPP),
         };
+        // The device writes CQEs into CQ rings and may write the shadow areas, whatever
+        // access the user asked for: a ring must be pinned writable, or a read-only mapping
+        // of a file (its page cache) would become device-writable. libirdma always
+        // registers rings with LOCAL_WRITE.
+        if !umem.is_writable() {
+            return Err(EINVAL);
+        }
         // Rings and the shadow area are found by 4 KiB page; libirdma aligns them.
         if req.start % RING_PAGE != 0 || req.iova != req.start {
             return Err(EINVAL);
@@ -261,6 +268,14 @@ impl IbData<'_> {
 
     fn reg_mem(&self, pd: &Pd, req: &UserMrRequest, umem: Umem) -> Result<NewMr<Mr>> {
         let access = mr_access(req.access)?;
+        // The device writes an MR only with one of these rights (RECV scatter and RDMA READ
+        // responses need LOCAL_WRITE, inbound RDMA WRITE needs REMOTE_WRITE), and ib_core
+        // pins writable whenever one is asked for; checked again because a device write
+        // into memory pinned read-only would be a write into a file the user cannot write.
+        let writes = hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE;
+        if access & writes != 0 && !umem.is_writable() {
+            return Err(EINVAL);
+        }
         if req.length == 0 || req.length > self.caps.max_mr_size {
             return Err(EINVAL);
         }

@@ -464,9 +464,11 @@ impl IbData<'_> {
         })
     }
 
+    /// Destroys the device QP, then forgets it. If DESTROY_QP fails nothing changes: the QP
+    /// lives on in ib_core (which frees no QP whose destroy failed) and keeps its events.
     pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result {
-        self.tables.lock().set_qp(qp.id, None);
         self.destroy_object(hw::admin_op::DESTROY_QP, qp.id)?;
+        self.tables.lock().set_qp(qp.id, None);
         match &qp.mem {
             QpMem::User { ring, .. } => ring.release(),
             QpMem::Kernel(k) => self.forget_kernel_qp(k),

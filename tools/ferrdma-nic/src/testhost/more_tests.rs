@@ -361,6 +361,35 @@ fn mr_page_budget_is_enforced() {
     assert_eq!(h.admin(mr(16)), 0, "budget returned on deregistration");
 }
 
+/// The other device write into an MR: a RECV scatter needs LOCAL_WRITE too. Without it the
+/// receive fails with a protection error and not a byte of the MR changes (the driver pins a
+/// user MR writable only when it has a write right, so this is what keeps a read-only
+/// registration of a file's page cache read-only).
+#[test]
+fn a_recv_into_an_mr_without_local_write_fails_and_writes_nothing() {
+    let mut r = Rig::rc();
+    let ro = r.h.reg_mr(0x9_00, 1, 0, 0x1000);
+    let before = pattern(0x100, 3);
+    r.h.buf_write(&ro, 0, &before);
+    r.h.buf_write(&r.buf_a, 0, &pattern(0x100, 4));
+    r.h.post_recv(&mut r.b, &[ro.sg(0, 0x100)]);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 0x100)],
+            ..Default::default()
+        },
+    );
+    let c = r.h.poll_cq(&mut r.cq_b);
+    assert_eq!(c.len(), 1);
+    assert!(!c[0].is_sq());
+    assert_eq!(c[0].error(), Some((1, flush::PROT)));
+    assert!(r.h.poll_cq(&mut r.cq_a)[0].error().is_some());
+    assert_eq!(r.h.buf_read(&ro, 0, 0x100), before);
+}
+
 #[test]
 fn read_into_read_only_memory_and_ud_to_a_foreign_gid() {
     let mut r = Rig::rc();

