@@ -31,6 +31,18 @@ note() {
 	echo "[$(cut -d' ' -f1 /proc/uptime)s] $*"
 }
 
+# retrying PART CAUSE...: announces that PART of the test runs again because of CAUSE. Every
+# retry in a guest script goes through here, and only for a failure whose cause is known and
+# named in CAUSE (a failure of any other kind must fail the test). The line it prints,
+#     ferrdma-retry: PART: CAUSE
+# is read by run-tests, which shows it as a "retry:" diagnostic on the test's TAP line and
+# counts it in the summary.
+retrying() {
+	local part=$1
+	shift
+	echo "ferrdma-retry: $part: $*"
+}
+
 # need_nic: fail unless the harness attached a ferrdma NIC (not run with --no-nic).
 need_nic() {
 	[ "${FERRDMA_HAVE_NIC:-0}" = 1 ] || fail "this test needs the ferrdma NIC (the harness ran with --no-nic)"
@@ -97,6 +109,16 @@ ping_peer() {
 # the LAN; node 1 coordinates). Use it before a VM may power off while a peer still needs it.
 barrier() {
 	python3 "$FERRDMA_HARNESS/guest/barrier.py" "$@" || fail "barrier $1 failed"
+}
+
+# barrier_word NAME NODE WORD [SECONDS]: a barrier (default 180 s) at which every VM brings
+# WORD (no spaces; barrier.py --say); prints the word node NODE brought. Lets the VMs agree on
+# an outcome each saw only in part.
+barrier_word() {
+	local out
+	out=$(python3 "$FERRDMA_HARNESS/guest/barrier.py" "$1" "${4:-180}" --say "$3") ||
+		fail "barrier $1 failed"
+	awk -v n="$2" '$1 == n { print $2 }' <<< "$out"
 }
 
 # kmemleak, shared by the tests that check for leaks. kmemleak only reports objects older than
@@ -281,4 +303,98 @@ fabric_ctl() {
 fabric_cable() {
 	local node=$1 state=$2
 	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
+}
+
+# perftest, shared by every test that runs a perftest server and client (ib_send_bw,
+# ib_write_bw, ib_read_bw, ib_*_lat) over TCP's exchange of connection data, on one VM or
+# between two.
+#
+# perftest times itself with the TSC and first calibrates it against gettimeofday; on a loaded
+# TCG host the calibration's fit can come out below r^2 0.9 (the guest kernel then also marks
+# its TSC unstable), and the tool exits with "Can't produce a report" after the traffic ran.
+# That is the tool's clock, not the data path: such a run is repeated once (announced with
+# `retrying`). Any other failure fails the test.
+PERFTEST_LOGS=/tmp/perftest
+PERFTEST_TIMEOUT=300 # seconds, for each side of a run
+PERFTEST_SERVER_LOG=
+PERFTEST_CLIENT_LOG=
+
+# perftest_clock_failed LOG: whether the perftest run that wrote LOG gave up on its TSC
+# calibration.
+perftest_clock_failed() {
+	grep -q "Can't produce a report" "$1" && grep -q 'Correlation coefficient r^2' "$1"
+}
+
+# perftest_outcome STATUS LOG: "ok" (status 0), "clock" (perftest_clock_failed) or "fail".
+perftest_outcome() {
+	if [ "$1" = 0 ]; then
+		echo ok
+	elif perftest_clock_failed "$2"; then
+		echo clock
+	else
+		echo fail
+	fi
+}
+
+# perftest_pair NAME SNODE ADDR TOOL ARGS...: one perftest run: "TOOL ARGS..." serves on node
+# SNODE and, once it listens on its TCP port (-p, default 18515), "TOOL ARGS... ADDR" connects
+# from the other node; in a 1-VM run both run here. Each side is bounded by PERFTEST_TIMEOUT
+# and both must exit 0. With two VMs the nodes tell each other their side's outcome
+# (barrier_word), so both repeat a run or both fail it. On success PERFTEST_CLIENT_LOG and
+# PERFTEST_SERVER_LOG name this node's logs ($PERFTEST_LOGS/NAME.client, .server) for the
+# caller's checks (result rows are in the client's); on failure the test fails showing them.
+perftest_pair() {
+	local name=$1 snode=$2 addr=$3 port=18515 prev='' a try spid rc co so serve=0 connect=0
+	shift 3
+	for a in "$@"; do
+		[ "$prev" = -p ] && port=$a
+		prev=$a
+	done
+	if [ "$FERRDMA_NVMS" = 1 ]; then
+		serve=1 connect=1
+	elif [ "$FERRDMA_NODE" = "$snode" ]; then
+		serve=1
+	else
+		connect=1
+	fi
+	mkdir -p "$PERFTEST_LOGS"
+	PERFTEST_SERVER_LOG=$PERFTEST_LOGS/$name.server
+	PERFTEST_CLIENT_LOG=$PERFTEST_LOGS/$name.client
+	for try in 1 2; do
+		co=- so=-
+		if [ "$serve" = 1 ]; then
+			timeout "$PERFTEST_TIMEOUT" "$@" > "$PERFTEST_SERVER_LOG" 2>&1 &
+			spid=$!
+			wait_listen "$port"
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] || barrier "$name-$try-listening" 120
+		if [ "$connect" = 1 ]; then
+			rc=0
+			timeout "$PERFTEST_TIMEOUT" "$@" "$addr" > "$PERFTEST_CLIENT_LOG" 2>&1 || rc=$?
+			co=$(perftest_outcome "$rc" "$PERFTEST_CLIENT_LOG")
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] ||
+			co=$(barrier_word "$name-$try-client" $((3 - snode)) "$co" $((PERFTEST_TIMEOUT + 60)))
+		if [ "$serve" = 1 ]; then
+			# A failed client can leave the server waiting for it: stop a server still running.
+			[ "$co" = ok ] || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
+			rc=0
+			wait "$spid" || rc=$?
+			so=$(perftest_outcome "$rc" "$PERFTEST_SERVER_LOG")
+			# The server we stopped after the client failed: its status says nothing.
+			[ "$co" = ok ] || [ "$rc" != 143 ] || so=stopped
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] || so=$(barrier_word "$name-$try-server" "$snode" "$so")
+		[ "$co/$so" = ok/ok ] && return 0
+		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
+			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
+			# Announced once, by the node that runs the client.
+			[ "$connect" = 0 ] || retrying "$name" "perftest's TSC calibration failed" \
+				"(client: $co, server: $so: Can't produce a report, Correlation coefficient r^2 too low)"
+			continue
+		fi
+		[ "$connect" = 0 ] || { echo "--- $name client: $* $addr"; cat "$PERFTEST_CLIENT_LOG"; } >&2
+		[ "$serve" = 0 ] || { echo "--- $name server: $*"; cat "$PERFTEST_SERVER_LOG"; } >&2
+		fail "$name: $1 failed (client: $co, server: $so)"
+	done
 }
