@@ -6,6 +6,7 @@ Run by run-tests (as the "selftest:*" TAP lines) and standalone:
 """
 
 import os
+import subprocess
 import sys
 import unittest
 
@@ -115,6 +116,31 @@ class SplatTest(unittest.TestCase):
         a = splat.scan_text("[ 1.0] WARNING: x at y", "console")
         b = splat.scan_text("[    1.000000] WARNING: x at y\n[ 2.0] BUG: z", "dmesg")
         self.assertEqual([s.line for s in splat.dedup(a + b)], ["WARNING: x at y", "BUG: z"])
+
+
+class RetryTest(unittest.TestCase):
+    """Guest scripts announce every retry (guest/lib.sh: retrying); the harness reads them."""
+
+    def test_retry_lines(self):
+        out = "\n".join([
+            "[12.0s] 3-ib_send_bw: server",
+            "ferrdma-retry: 3-ib_send_bw: perftest's TSC calibration failed (client: clock)",
+            "not a ferrdma-retry: line",
+            "ferrdma-retry: rping-v4.client: client attempt 1: REJECTED: the server does not listen yet  ",
+        ])
+        self.assertEqual(vmharness.retries(out), [
+            "3-ib_send_bw: perftest's TSC calibration failed (client: clock)",
+            "rping-v4.client: client attempt 1: REJECTED: the server does not listen yet",
+        ])
+        self.assertEqual(vmharness.retries(""), [])
+
+    def test_lib_sh_prints_what_the_harness_reads(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(
+            ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; set +e; '
+             'retrying part-1 a named cause', "-", here],
+            capture_output=True, text=True, check=True).stdout
+        self.assertEqual(vmharness.retries(out), ["part-1: a named cause"])
 
 
 KTAP_LOG = """\

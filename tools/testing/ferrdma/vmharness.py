@@ -290,6 +290,8 @@ class VmResult:
     script_seconds: float | None = None
     wall_seconds: float | None = None  # QEMU start to exit
     problems: list[str] = dataclasses.field(default_factory=list)  # why it failed
+    # The script's announced retries ("PART: CAUSE", from guest/lib.sh's `retrying`).
+    retries: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -960,11 +962,22 @@ def _stop_all(qemus: list[Child | None], nics: list[Child | None]) -> None:
             nic.stop()
 
 
+# A retry announced by a guest script (guest/lib.sh: retrying PART CAUSE...).
+RETRY_PREFIX = "ferrdma-retry: "
+
+
+def retries(output: str) -> list[str]:
+    """The retries a script's output announces, each as "PART: CAUSE", in order."""
+    return [line[len(RETRY_PREFIX):].strip() for line in output.splitlines()
+            if line.startswith(RETRY_PREFIX)]
+
+
 def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> None:
     """Reads a finished VM's share and console, and records what went wrong."""
     n = vm.node
     share = os.path.join(logdir, f"vm{n}")
     vm.output = _read(os.path.join(share, "output")) or ""
+    vm.retries = retries(vm.output)
     status = _read(os.path.join(share, "status"))
     if status is not None and status.strip().lstrip("-").isdigit():
         vm.status = int(status.strip())
