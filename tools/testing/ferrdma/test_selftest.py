@@ -6,6 +6,7 @@ Run by run-tests (as the "selftest:*" TAP lines) and standalone:
 """
 
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -28,12 +29,12 @@ class SplatTest(unittest.TestCase):
         "[    3.3] BUG kmalloc-64 (Not tainted): Redzone overwritten": "bug",
         "[    3.3] WARNING: CPU: 1 PID: 77 at drivers/x.c:10 ferrdma_probe+0x1/0x2 [ferrdma]": "warning",
         "[    9.9] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100": "panic",
-        "[    4.4] WARNING: possible recursive locking detected": "lockdep",
-        "[    4.4] WARNING: possible circular locking dependency detected": "lockdep",
-        "[    4.4] WARNING: inconsistent lock state": "lockdep",
-        "[    4.4] WARNING: possible irq lock inversion dependency detected": "lockdep",
+        "[    4.4] WARNING: possible recursive locking detected": "lockdep-recursive",
+        "[    4.4] WARNING: possible circular locking dependency detected": "lockdep-circular",
+        "[    4.4] WARNING: inconsistent lock state": "lockdep-inconsistent",
+        "[    4.4] WARNING: possible irq lock inversion dependency detected": "lockdep-irq-inversion",
         "[    4.4] WARNING: suspicious RCU usage": "rcu",
-        "[    4.4] INFO: trying to register non-static key.": "lockdep",
+        "[    4.4] INFO: trying to register non-static key.": "lockdep-non-static-key",
         "[    4.4] BUG: sleeping function called from invalid context at mm/slab.h:1": "sleep-in-atomic",
         "[    4.4] BUG: KASAN: slab-use-after-free in ferrdma_cq_poll+0x10/0x20": "kasan",
         "[    4.4] UBSAN: shift-out-of-bounds in drivers/infiniband/hw/ferrdma/x.c:3:9": "ubsan",
@@ -46,7 +47,18 @@ class SplatTest(unittest.TestCase):
         "[    4.4] Code: rust_panic+0x10": "rust-panic",
         "[  200.0] INFO: task insmod:123 blocked for more than 120 seconds.": "hung-task",
         "[  200.0] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:": "rcu-stall",
-        "[  200.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [insmod:99]": "bug",
+        "[  200.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [insmod:99]": "lockup",
+        # The report formats of the detectors in the default kernel (KFENCE, UBSAN bounds and
+        # shift, the hung-task and soft-lockup watchdogs), as the kernel prints them.
+        "[   30.1] BUG: KFENCE: use-after-free read in ferrdma_cq_poll+0x10/0x20 [ferrdma]": "kfence",
+        "[   30.1] BUG: KFENCE: out-of-bounds write in ferrdma_qp_create+0x1/0x2 [ferrdma]": "kfence",
+        "[   30.1] BUG: KFENCE: invalid free in kfree+0x1/0x2": "kfence",
+        "[   30.1] BUG: KFENCE: memory corruption in kfree+0x1/0x2": "kfence",
+        "[   30.2] UBSAN: array-index-out-of-bounds in drivers/infiniband/hw/ferrdma/x.c:12:5": "ubsan",
+        "[  245.0] INFO: task kworker/0:1:123 blocked for more than 122 seconds.": "hung-task",
+        "[  245.0] INFO: task X:123 blocked for more than 122 seconds.": "hung-task",
+        "[   50.0] BUG: workqueue lockup - pool cpus=0 node=0 flags=0x0 nice=0 stuck for 31s!": "lockup",
+        "[   50.0] BUG: KCSAN: data-race in ferrdma_poll / ferrdma_post": "kcsan",
         "[    7.7] ibv_rc_pingpong[301]: segfault at 0 ip 00007f sp 00007f error 4": "user-fault",
         "[    1.2] [  T123] WARNING: CPU: 0 PID: 123 at x": "warning",
     }
@@ -88,7 +100,7 @@ class SplatTest(unittest.TestCase):
     def test_expected_region(self):
         log = "\n".join([
             "[ 1.0] WARNING: CPU: 0 PID: 1 at a.c:1 f+0x0/0x1",
-            "[ 2.0] ferrdma-test: expected splat begin",
+            "[ 2.0] ferrdma-test: expected splat begin warning call-trace",
             "[ 2.1] WARNING: CPU: 0 PID: 1 at b.c:1 g+0x0/0x1",
             "[ 2.2] Call Trace:",
             "[ 2.3] ferrdma-test: expected splat end",
@@ -116,6 +128,81 @@ class SplatTest(unittest.TestCase):
         a = splat.scan_text("[ 1.0] WARNING: x at y", "console")
         b = splat.scan_text("[    1.000000] WARNING: x at y\n[ 2.0] BUG: z", "dmesg")
         self.assertEqual([s.line for s in splat.dedup(a + b)], ["WARNING: x at y", "BUG: z"])
+
+    def test_dedup_keeps_an_unexpected_twin_of_an_expected_splat(self):
+        # A bare backtrace inside an allowance, then the same bare line outside any: the second
+        # must fail the run, from the console and from dmesg alike.
+        log = "\n".join([
+            "[ 2.0] ferrdma-test: expected splat begin warning call-trace",
+            "[ 2.1] WARNING: CPU: 0 PID: 1 at b.c:1 g+0x0/0x1",
+            "[ 2.2] Call Trace:",
+            "[ 2.3] ferrdma-test: expected splat end",
+            "[ 5.0] Call Trace:",
+        ])
+        found = splat.dedup(splat.scan_text(log, "console") + splat.scan_text(log, "dmesg"))
+        bad = splat.failures(found)
+        self.assertEqual([(s.source, s.lineno, s.kind) for s in bad], [("console", 5, "call-trace")])
+        self.assertEqual(len(found), 3)  # the console's copies; dmesg repeats them
+
+    def _markers(self):
+        """The expected-splat markers the guest scripts write: (file, kinds named)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        found = []
+        for sub in ("guest", "tests", "selftest"):
+            for name in sorted(os.listdir(os.path.join(here, sub))):
+                with open(os.path.join(here, sub, name), encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        m = re.search(re.escape(splat.EXPECT_BEGIN) + r"([^\"]*)\"", line)
+                        if m:
+                            found.append((f"{sub}/{name}", m.group(1).split()))
+        return found
+
+    def test_allowances_name_known_kinds(self):
+        markers = self._markers()
+        self.assertTrue(any(f == "guest/nvmeof.sh" for f, _ in markers), markers)
+        for f, kinds in markers:
+            with self.subTest(file=f, kinds=kinds):
+                self.assertTrue(kinds, "a marker must name the kinds it allows")
+                self.assertLessEqual(set(kinds), splat.KINDS)
+
+    def test_nvmet_allowance_passes_only_its_lockdep_report(self):
+        # The marker guest/nvmeof.sh really writes around the nvmet port removal.
+        kinds = [k for f, k in self._markers() if f == "guest/nvmeof.sh"]
+        self.assertEqual(len(kinds), 1, kinds)
+        log = "\n".join([
+            f"[ 2.0] {splat.EXPECT_BEGIN} {' '.join(kinds[0])}",
+            "[ 2.1] WARNING: possible circular locking dependency detected",
+            "[ 2.2] Call Trace:",
+            "[ 2.3] INFO: trying to register non-static key.",
+            "[ 2.4] WARNING: possible recursive locking detected",
+            "[ 2.5] BUG: KFENCE: use-after-free read in nvmet_rdma_free_rsps+0x1/0x2",
+            f"[ 2.6] {splat.EXPECT_END}",
+        ])
+        found = splat.scan_text(log)
+        self.assertEqual([(s.kind, s.expected) for s in found],
+                         [("lockdep-circular", True), ("call-trace", True),
+                          ("lockdep-non-static-key", False), ("lockdep-recursive", False),
+                          ("kfence", False)])
+
+    def test_kmemleak_allowance_passes_only_kmemleak(self):
+        kinds = [k for f, k in self._markers() if f == "guest/lib.sh"]
+        self.assertTrue(kinds)
+        for k in kinds:
+            self.assertEqual(k, ["kmemleak"])
+
+    def test_a_marker_without_kinds_allows_nothing(self):
+        log = "\n".join([
+            f"[ 2.0] {splat.EXPECT_BEGIN}",
+            "[ 2.1] WARNING: CPU: 0 PID: 1 at b.c:1 g+0x0/0x1",
+            f"[ 2.2] {splat.EXPECT_END}",
+            f"[ 3.0] {splat.EXPECT_BEGIN} lockdep",
+            "[ 3.1] WARNING: possible circular locking dependency detected",
+            f"[ 3.2] {splat.EXPECT_END}",
+        ])
+        found = splat.scan_text(log)
+        self.assertEqual([(s.kind, s.expected) for s in found],
+                         [("marker", False), ("warning", False),
+                          ("marker", False), ("lockdep-circular", False)])
 
 
 class RetryTest(unittest.TestCase):
