@@ -150,6 +150,43 @@ kmemleak_attributable() {
 	' "$@"
 }
 
+# kmemleak_rdma FILE: of kmemleak_attributable's suspects in the report FILE, those with a
+# backtrace frame of ferrdma or of the RDMA core (ib_core, ib_uverbs, rdma_cm, built in:
+# functions ib_*, rdma_*, uverbs_*, cma_*, iw_cm*).
+kmemleak_rdma() {
+	kmemleak_attributable "$1" | awk '
+		function flush() {
+			if (block != "" && hit)
+				printf "%s\n", block
+			block = ""
+			hit = 0
+		}
+		/^unreferenced object/ { flush() }
+		/^ +(\[<[0-9a-f]+>\] )?(ferrdma|ib_|rdma_|uverbs_|cma_|iw_cm)[A-Za-z0-9_.]*\+0x/ { hit = 1 }
+		/\[ferrdma\]/ { hit = 1 }
+		NF { block = block $0 "\n" }
+		END { flush() }
+	'
+}
+
+# kmemleak_after_script REPORT: the leak check guest/init runs after every test script, also
+# after those that never call kmemleak_check. Any expected-splat region the script left open is
+# closed first. kmemleak only reports objects older than 5 seconds, so it waits 5 s from the
+# script's end, then scans twice (a stale pointer can hide a leak from one scan); each scan is
+# bracketed as kmemleak-only, since the verdict is this one: the suspects kmemleak_rdma picks
+# (our driver or the RDMA core, boot-path objects excluded) go to REPORT, nothing if none.
+kmemleak_after_script() {
+	local report=$1
+	: > "$report"
+	echo "ferrdma-test: expected splat end" > /dev/kmsg
+	[ -e "$FERRDMA_KMEMLEAK" ] || return 0
+	sleep 5
+	kmemleak_scan
+	kmemleak_scan
+	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak-after
+	kmemleak_rdma /tmp/kmemleak-after > "$report"
+}
+
 # Forgets every suspect found so far, so a later check sees only what came after.
 kmemleak_clear() {
 	[ -e "$FERRDMA_KMEMLEAK" ] || fail "$FERRDMA_KMEMLEAK is missing: the kernel needs CONFIG_DEBUG_KMEMLEAK (and debugfs)"
