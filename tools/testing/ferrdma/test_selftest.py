@@ -15,6 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import ktap  # noqa: E402
+import manifest  # noqa: E402
 import splat  # noqa: E402
 import vmharness  # noqa: E402
 
@@ -283,6 +284,83 @@ class KmemleakFilterTest(unittest.TestCase):
 
     def test_empty_report(self):
         self.assertEqual(self._filter(""), "")
+
+
+class ManifestTest(unittest.TestCase):
+    """manifest.py: what a full run must run, and the checked-in manifest.txt."""
+
+    TEXT = """
+# comment
+vm probe
+vm two-vms   # trailing comment
+baseline events-pingpong-rxe
+kunit ferrdma_ring
+upstream rust_doctests_kernel
+"""
+
+    def setUp(self):
+        self.m = manifest.parse(self.TEXT)
+        self.scripts = {"probe": False, "two-vms": False, "events-pingpong-rxe": True}
+        self.ran = {"probe", "two-vms"}
+        self.suites = {"ferrdma_ring", "rust_doctests_kernel"}
+
+    def test_a_complete_run_passes(self):
+        self.assertEqual(manifest.check(self.m, self.scripts, self.ran, self.suites), [])
+
+    def test_a_deleted_script_fails(self):
+        del self.scripts["two-vms"]
+        self.ran.discard("two-vms")
+        self.assertEqual(manifest.check(self.m, self.scripts, self.ran, self.suites),
+                         [("two-vms", "listed, but tests/two-vms.sh is missing")])
+
+    def test_a_test_that_did_not_run_fails(self):
+        self.ran.discard("probe")
+        self.assertEqual(manifest.check(self.m, self.scripts, self.ran, self.suites),
+                         [("probe", "listed, but did not run")])
+
+    def test_an_unlisted_script_fails(self):
+        self.scripts["new-test"] = False
+        self.ran.add("new-test")
+        problems = manifest.check(self.m, self.scripts, self.ran, self.suites)
+        self.assertEqual([p[0] for p in problems], ["new-test"])
+
+    def test_suites_missing_or_unlisted_fail(self):
+        problems = manifest.check(self.m, self.scripts, self.ran, {"rust_doctests_kernel", "other"})
+        self.assertEqual([p[0] for p in problems], ["kunit:ferrdma_ring", "kunit:other"])
+
+    def test_baseline_header_must_agree(self):
+        self.scripts["probe"] = True
+        self.scripts["events-pingpong-rxe"] = False
+        problems = manifest.check(self.m, self.scripts, self.ran, self.suites)
+        self.assertEqual([p[0] for p in problems], ["probe", "events-pingpong-rxe"])
+
+    def test_bad_lines(self):
+        for text in ("vm", "vm a b", "test probe", "vm probe\nbaseline probe"):
+            with self.subTest(text=text):
+                with self.assertRaises(ValueError):
+                    manifest.parse(text)
+
+    def test_upstream_cases(self):
+        self.assertTrue(manifest.is_upstream(self.m, "rust_doctests_kernel.rust_doctest_kernel_alloc_kbox_rs_0"))
+        self.assertFalse(manifest.is_upstream(self.m, "rust_doctests_kernel.rust_doctest_kernel_infiniband_attr_rs_0"))
+        self.assertFalse(manifest.is_upstream(self.m, "ferrdma_ring.wraps"))
+
+    def test_the_checked_in_manifest_lists_every_test_script(self):
+        m = manifest.load()
+        scripts = {tc.name: tc.baseline for tc in run_tests_discover()}
+        self.assertEqual(manifest.check(m, scripts, set(m.vm), set(m.kunit + m.upstream)), [])
+
+
+def run_tests_discover():
+    """run-tests' discover() (run-tests is a script, not a module)."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    loader = importlib.machinery.SourceFileLoader("run_tests", os.path.join(here, "run-tests"))
+    spec = importlib.util.spec_from_loader("run_tests", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod.discover()
 
 
 KTAP_LOG = """\
