@@ -154,7 +154,8 @@ kmemleak_attributable() {
 
 # kmemleak_rdma FILE: of kmemleak_attributable's suspects in the report FILE, those with a
 # backtrace frame of ferrdma or of the RDMA core (ib_core, ib_uverbs, rdma_cm, built in:
-# functions ib_*, rdma_*, uverbs_*, cma_*, iw_cm*).
+# functions ib_*, rdma_*, uverbs_*, cma_*, iw_cm*), or a bare module-space address: the frame
+# of a module unloaded since (ferrdma after rmmod; kmemleak then cannot name it).
 kmemleak_rdma() {
 	kmemleak_attributable "$1" | awk '
 		function flush() {
@@ -166,6 +167,7 @@ kmemleak_rdma() {
 		/^unreferenced object/ { flush() }
 		/^ +(\[<[0-9a-f]+>\] )?(ferrdma|ib_|rdma_|uverbs_|cma_|iw_cm)[A-Za-z0-9_.]*\+0x/ { hit = 1 }
 		/\[ferrdma\]/ { hit = 1 }
+		/^ +0xffffffff[a-f][0-9a-f]+$/ { hit = 1 }
 		NF { block = block $0 "\n" }
 		END { flush() }
 	'
