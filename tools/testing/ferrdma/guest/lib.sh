@@ -176,8 +176,9 @@ kmemleak_rdma() {
 # kmemleak_after_script REPORT: the leak check guest/init runs after every test script, also
 # after those that never call kmemleak_check. Any expected-splat region the script left open is
 # closed first. kmemleak only reports objects older than 5 seconds, so it waits 5 s from the
-# script's end, then scans once (this kernel's scan is itself two passes, reporting only what
-# both found unreferenced; under TCG a scan takes seconds). The scan is bracketed as
+# script's end, then scans twice: this kernel reports an object only on the scan after the one
+# that first found it unreferenced (measured: a leak of 64 objects, scan 1: 0 suspects, scan
+# 2: 64; under TCG a scan takes seconds). The scans are bracketed as
 # kmemleak-only, since the verdict is this one: the suspects kmemleak_rdma picks (our driver or
 # the RDMA core, boot-path objects excluded) go to REPORT, nothing if none.
 # Most scripts end with their own kmemleak_check (stricter: any suspect not from the boot path
@@ -197,6 +198,7 @@ kmemleak_after_script() {
 		fi
 	fi
 	sleep 5
+	kmemleak_scan
 	kmemleak_scan
 	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak-after
 	kmemleak_rdma /tmp/kmemleak-after > "$report"
