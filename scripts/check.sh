@@ -93,11 +93,14 @@ if [ "$kernel_ok" = 1 ] && [ "$nic_ok" = 1 ]; then
 	step "VM suite"
 	"$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/run-tests "$@" 2>&1 | tee "$out/vm-suite.log"
 	add_verdict "VM suite" "$out/vm-suite.log" "${PIPESTATUS[0]}"
+	vm_ran=1
 else
 	echo "VM suite skipped: nothing to boot"
 	failed=$((failed + 1))
 fi
 
 step "done in $(( $(date +%s) - t0 ))s; logs in $out"
+# The VM suite's own split (ferrdma's tests vs upstream kernel KUnit cases) and its retries.
+[ "${vm_ran:-0}" = 1 ] && grep -E "^# (retries: |ferrdma's own tests: )" "$out/vm-suite.log" | tail -2
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -9,16 +9,20 @@ dump, with or without printk timestamps.
 
 What is matched (case-sensitive; see PATTERNS for the exact expressions):
 
-  * oops, ``BUG:`` (includes ``BUG: KASAN``, ``BUG: sleeping function called from invalid
-    context``, soft lockups, NULL dereferences), ``kernel BUG at``, SLUB's ``BUG <cache> (...)``
+  * oops, ``BUG:`` (includes ``BUG: sleeping function called from invalid context`` and NULL
+    dereferences), ``kernel BUG at``, SLUB's ``BUG <cache> (...)``
   * ``WARNING:`` (WARN_ON and the lockdep/RCU reports that start with it)
   * ``Kernel panic``, ``general protection fault``, ``Unable to handle kernel``
-  * lockdep: ``possible recursive locking``, ``circular locking dependency``, ``inconsistent
-    lock state``, ``possible irq lock inversion``, ``suspicious RCU usage``, ``INFO: trying to
-    register non-static key``
+  * lockdep, a kind each: ``possible recursive locking`` (lockdep-recursive), ``circular
+    locking dependency`` (lockdep-circular), ``inconsistent lock state``
+    (lockdep-inconsistent), ``possible irq lock inversion`` (lockdep-irq-inversion), ``INFO:
+    trying to register non-static key`` (lockdep-non-static-key); ``suspicious RCU usage``
   * KASAN, UBSAN, KFENCE and KCSAN reports
   * ``kmemleak: N new suspected memory leaks`` with N > 0
   * hung tasks, RCU stalls, workqueue lockups
+  * KFENCE (``BUG: KFENCE: use-after-free read in ...``), UBSAN (``UBSAN: array-index-out-of-bounds
+    in ...``), soft lockups (``watchdog: BUG: soft lockup - CPU#0 stuck for 22s!``) and hung
+    tasks (``INFO: task X:123 blocked for more than 122 seconds.``) each as their own kind
   * ``Call Trace:`` (a backtrace without one of the above is still a bug), except inside KUnit's
     own output: KTAP diagnostic lines (``# ...``) are not scanned for it
   * Rust panics: ``rust_panic``, ``panicked at``
@@ -28,9 +32,12 @@ Lines that are never splats: the ``Kernel command line:`` echo (it repeats whate
 passed) and lines matching ALLOWED (known-benign messages; keep that list short and justified).
 
 A test that *provokes* a splat on purpose (fault injection, say) brackets it with the lines
-``ferrdma-test: expected splat begin [KIND...]`` and ``ferrdma-test: expected splat end``
-written to /dev/kmsg; matches between them (only those of the given kinds, if any are named,
-e.g. ``kmemleak``) are reported as expected and do not fail the run.
+``ferrdma-test: expected splat begin KIND...`` and ``ferrdma-test: expected splat end``
+written to /dev/kmsg; matches between them of exactly the kinds named (e.g. ``kmemleak``, or
+``lockdep-circular call-trace``; see PATTERNS) are reported as expected and do not fail the
+run. Every other splat inside the region still fails it, and a marker that names no kind, or
+a kind that does not exist, allows nothing (the unknown name is itself reported as a splat of
+kind "marker", so a typo cannot pass unnoticed).
 
 Usage as a program: ``python3 splat.py FILE...`` prints the splats and exits 1 if there are any.
 """
@@ -50,7 +57,11 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (kind, re.compile(rx))
     for kind, rx in [
         ("kasan", r"\bBUG: KASAN\b|\bKASAN: "),
+        # Before the generic "BUG: ": the detectors that report with it say which they are.
+        ("kfence", r"\bBUG: KFENCE\b|\bKFENCE: "),
+        ("kcsan", r"\bBUG: KCSAN\b"),
         ("sleep-in-atomic", r"\bBUG: sleeping function called from invalid context"),
+        ("lockup", r"\bworkqueue lockup\b|\bsoft lockup\b|\bhard LOCKUP\b"),
         ("bug", r"\bBUG: "),
         ("bug", r"\bkernel BUG at\b"),
         ("bug", r"^BUG [\w.:-]+ \((?:Not tainted|Tainted)"),  # SLUB debug reports
@@ -58,25 +69,26 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("panic", r"\bKernel panic\b"),
         ("gpf", r"\bgeneral protection fault\b"),
         ("oops", r"\bUnable to handle (?:kernel|page fault)"),
-        ("lockdep", r"possible recursive locking"),
-        ("lockdep", r"circular locking dependency"),
-        ("lockdep", r"inconsistent lock state"),
-        ("lockdep", r"possible irq lock inversion"),
-        ("lockdep", r"INFO: trying to register non-static key"),
+        # lockdep, one kind per report so that an allowance can name exactly the one it expects.
+        ("lockdep-recursive", r"possible recursive locking"),
+        ("lockdep-circular", r"circular locking dependency"),
+        ("lockdep-inconsistent", r"inconsistent lock state"),
+        ("lockdep-irq-inversion", r"possible irq lock inversion"),
+        ("lockdep-non-static-key", r"INFO: trying to register non-static key"),
         ("rcu", r"suspicious RCU usage"),
         ("warning", r"\bWARNING: "),
         ("ubsan", r"\bUBSAN: "),
-        ("kfence", r"\bBUG: KFENCE\b|\bKFENCE: "),
-        ("kcsan", r"\bBUG: KCSAN\b"),
         ("kmemleak", r"\bkmemleak: [1-9]\d* new suspected memory leaks?\b"),
         ("hung-task", r"\bINFO: task .* blocked for more than\b"),
         ("rcu-stall", r"\brcu: INFO: .*detected stalls?\b|\bself-detected stall\b"),
-        ("lockup", r"\bworkqueue lockup\b|\bsoft lockup\b|\bhard LOCKUP\b"),
         ("rust-panic", r"\brust_panic\b|\bpanicked at\b"),
         ("user-fault", r"\bsegfault at\b|\btrap invalid opcode\b"),
         ("call-trace", r"\bCall Trace:"),
     ]
 ]
+
+# Every kind, for checking the kinds an expected-splat marker names.
+KINDS: frozenset[str] = frozenset(kind for kind, _ in PATTERNS)
 
 # Known-benign lines that would otherwise match. Each entry needs a reason.
 ALLOWED: list[re.Pattern[str]] = [
@@ -98,7 +110,7 @@ _KTAP_DIAG = re.compile(r"^\s*# ")
 class Splat:
     """One matching line."""
 
-    kind: str  # e.g. "warning", "lockdep", "kmemleak"
+    kind: str  # e.g. "warning", "lockdep-circular", "kmemleak"
     line: str  # the line without its printk timestamp
     source: str = ""  # where it came from, e.g. "vm1.console"
     lineno: int = 0  # 1-based line number in the source
@@ -130,19 +142,23 @@ def classify(line: str) -> str | None:
 def scan_lines(lines: Iterable[str], source: str = "") -> list[Splat]:
     """Scans lines of a kernel log; returns every splat line, in order."""
     found = []
-    expecting: set[str] | None = None  # kinds expected now; empty: all; None: none
+    expecting: set[str] = set()  # the kinds expected now (inside a marker region)
     for lineno, raw in enumerate(lines, 1):
         line = strip_timestamp(raw)
         if EXPECT_BEGIN in line:
             expecting = set(line.split(EXPECT_BEGIN, 1)[1].split())
+            unknown = sorted(expecting - KINDS) if expecting else ["(no kind named)"]
+            if unknown:
+                found.append(Splat("marker", f"{line} [unknown kind: {' '.join(unknown)}]",
+                                   source, lineno))
+            expecting &= KINDS
             continue
         if EXPECT_END in line:
-            expecting = None
+            expecting = set()
             continue
         kind = classify(line)
         if kind is not None:
-            expected = expecting is not None and (not expecting or kind in expecting)
-            found.append(Splat(kind, line, source, lineno, expected))
+            found.append(Splat(kind, line, source, lineno, kind in expecting))
     return found
 
 
@@ -163,12 +179,18 @@ def failures(splats: Iterable[Splat]) -> list[Splat]:
 
 
 def dedup(splats: Iterable[Splat]) -> list[Splat]:
-    """Drops splats whose line text was already seen (the console and dmesg repeat each other)."""
-    seen: set[str] = set()
+    """Drops splats already seen: the console and dmesg repeat each other.
+
+    A splat is the same as an earlier one only if its text and whether it was expected are the
+    same: an unexpected line must never be swallowed by an expected twin (a bare ``Call
+    Trace:`` inside an allowance and another one outside it, say).
+    """
+    seen: set[tuple[str, bool]] = set()
     out = []
     for s in splats:
-        if s.line not in seen:
-            seen.add(s.line)
+        key = (s.line, s.expected)
+        if key not in seen:
+            seen.add(key)
             out.append(s)
     return out
 

@@ -286,8 +286,11 @@ class VmResult:
     kunit: list[ktap.Case] = dataclasses.field(default_factory=list)
     boot_seconds: float | None = None  # guest uptime when the script started
     script_seconds: float | None = None
+    leakcheck_seconds: float | None = None  # guest/init's kmemleak check after the script
     wall_seconds: float | None = None  # QEMU start to exit
     problems: list[str] = dataclasses.field(default_factory=list)  # why it failed
+    # The script's announced retries ("PART: CAUSE", from guest/lib.sh's `retrying`).
+    retries: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -965,11 +968,22 @@ def _stop_all(qemus: list[Child | None], nics: list[Child | None]) -> None:
             nic.stop()
 
 
+# A retry announced by a guest script (guest/lib.sh: retrying PART CAUSE...).
+RETRY_PREFIX = "ferrdma-retry: "
+
+
+def retries(output: str) -> list[str]:
+    """The retries a script's output announces, each as "PART: CAUSE", in order."""
+    return [line[len(RETRY_PREFIX):].strip() for line in output.splitlines()
+            if line.startswith(RETRY_PREFIX)]
+
+
 def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> None:
     """Reads a finished VM's share and console, and records what went wrong."""
     n = vm.node
     share = os.path.join(logdir, f"vm{n}")
     vm.output = _read(os.path.join(share, "output")) or ""
+    vm.retries = retries(vm.output)
     status = _read(os.path.join(share, "status"))
     if status is not None and status.strip().lstrip("-").isdigit():
         vm.status = int(status.strip())
@@ -1006,6 +1020,18 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> Non
     bad = splat.failures(vm.splats)
     if bad:
         vm.problems.append(f"{len(bad)} kernel splat line(s), first: {bad[0]}")
+    leaks = _read(os.path.join(share, "kmemleak")) or ""
+    n_leaks = len(re.findall(r"^unreferenced object", leaks, re.M))
+    if n_leaks:
+        vm.problems.append(f"kmemleak after the script: {n_leaks} suspected leak(s) from ferrdma "
+                           f"or the RDMA core (vm{n}/kmemleak)")
+        vm.problems += ["kmemleak: " + ln for ln in leaks.splitlines()[:12]]
+    leak_error = _read(os.path.join(share, "kmemleak-error"))
+    if leak_error:
+        vm.problems.append(f"the kmemleak check after the script {leak_error.strip()} "
+                           f"(see the end of the output)")
+    if "leakcheck_end" in timing and "script_end" in timing:
+        vm.leakcheck_seconds = float(timing["leakcheck_end"]) - float(timing["script_end"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1019,6 +1045,8 @@ def describe(vm: VmResult) -> str:
         bits.append(f"boot-to-script {vm.boot_seconds:.1f}s")
     if vm.script_seconds is not None:
         bits.append(f"script {vm.script_seconds:.1f}s")
+    if vm.leakcheck_seconds is not None:
+        bits.append(f"kmemleak check {vm.leakcheck_seconds:.1f}s")
     if vm.wall_seconds is not None:
         bits.append(f"VM {vm.wall_seconds:.1f}s")
     if vm.kunit:

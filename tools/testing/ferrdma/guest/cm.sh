@@ -148,8 +148,10 @@ cm_wait_listener() {
 	note "no listener on port $port in rdma res after 20s; going on (the client retries)"
 }
 
-# cm_client LOG CMD...: runs a client (bounded by CM_TIMEOUT); while it fails with a
-# rejection or refusal (no listener yet), retries, up to 10 times. Returns its status.
+# cm_client LOG CMD...: runs a client (bounded by CM_TIMEOUT); while it fails because the
+# server does not listen yet (rdma_cm's REJECTED event or ECONNREFUSED in the client's output),
+# retries (announced with `retrying`), up to 10 times. Any other failure is not retried.
+# Returns its status.
 cm_client() {
 	local log=$1 i rc
 	shift
@@ -158,7 +160,8 @@ cm_client() {
 		timeout "$CM_TIMEOUT" "$@" > "$log" 2>&1 || rc=$?
 		[ "$rc" = 0 ] && return 0
 		grep -qiE 'REJECTED|refused' "$log" && [ "$i" -lt 10 ] || return "$rc"
-		note "client attempt $i rejected (server not listening yet?); retrying"
+		retrying "$(basename "$log")" "client attempt $i: $(grep -m1 -oiE '[^ ]*(REJECTED|refused)[^ ]*' "$log"):" \
+			"the server does not listen yet"
 		sleep 1
 	done
 }
@@ -173,9 +176,12 @@ cm_check() {
 # cm_pair NAME PORT [-s MIN REGEX]... [-c MIN REGEX]... -- SERVER... -- CLIENT...: runs SERVER
 # (on the server node) and, once it listens on rdma_cm PORT, CLIENT (on the client node). Both
 # must exit 0; -s and -c add output checks for the server and client side (MIN lines matching
-# REGEX). Logs: $CM_LOGS/NAME.server, NAME.client.
+# REGEX). Logs: $CM_LOGS/NAME.server, NAME.client. With two VMs the nodes tell each other
+# their side's outcome, so that both fail, or both repeat the pair: the one failure repeated
+# (once) is perftest's TSC calibration (lib.sh's perftest_clock_failed; ib_write_bw -R...).
 cm_pair() {
 	local name=$1 port=$2 slog=$CM_LOGS/$1.server clog=$CM_LOGS/$1.client spid='' rc t0=$SECONDS
+	local try co so crc=0 src=0
 	local -a scheck=() ccheck=() srv=() cli=()
 	shift 2
 	while [ "$1" != -- ]; do
@@ -191,33 +197,54 @@ cm_pair() {
 	shift
 	cli=("$@")
 	# The previous step's "-done" barrier (or cm_setup's "cm-up") starts this one.
-	if cm_server_node; then
-		note "$name: server: ${srv[*]}"
-		timeout "$CM_TIMEOUT" "${srv[@]}" > "$slog" 2>&1 &
-		spid=$!
-		cm_wait_listener "$spid" "$port" "$slog"
-	fi
-	cm_barrier "$name-listening" 60
-	if cm_client_node; then
-		note "$name: client: ${cli[*]}"
-		cm_client "$clog" "${cli[@]}" || {
-			rc=$?
+	for try in 1 2; do
+		co=- so=-
+		if cm_server_node; then
+			note "$name: server: ${srv[*]}"
+			timeout "$CM_TIMEOUT" "${srv[@]}" > "$slog" 2>&1 &
+			spid=$!
+			cm_wait_listener "$spid" "$port" "$slog"
+		fi
+		cm_barrier "$name-$try-listening" 60
+		if cm_client_node; then
+			note "$name: client: ${cli[*]}"
+			crc=0
+			cm_client "$clog" "${cli[@]}" || crc=$?
+			co=$(perftest_outcome "$crc" "$clog")
+		fi
+		[ "$CM_MODE" = loop ] || co=$(barrier_word "$name-$try-client" 2 "$co" $((CM_TIMEOUT * 10 + 60)))
+		if cm_server_node; then
+			# A failed client can leave the server waiting: stop a server still running.
+			[ "$co" = ok ] || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
+			src=0
+			wait "$spid" || src=$?
+			so=$(perftest_outcome "$src" "$slog")
+			[ "$co" = ok ] || [ "$src" != 143 ] || so=stopped
+		fi
+		[ "$CM_MODE" = loop ] || so=$(barrier_word "$name-$try-server" 1 "$so")
+		[ "$co/$so" = ok/ok ] && break
+		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
+			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
+			cm_client_node && retrying "$name" "perftest's TSC calibration failed" \
+				"(client: $co, server: $so: Can't produce a report, Correlation coefficient r^2 too low)"
+			cm_expect_res_unchanged "$name (failed try)"
+			continue
+		fi
+		if cm_client_node; then
+			echo "--- $name client (status $crc, $co):" >&2
 			cat "$clog" >&2
-			if [ -n "$spid" ]; then
-				kill "$spid" 2>/dev/null || true
-				wait "$spid" || true
-				echo "--- server:" >&2
-				cat "$slog" >&2
-			fi
-			fail "$name client (${cli[*]}) failed with status $rc"
-		}
+		fi
+		if cm_server_node; then
+			echo "--- $name server (status $src, $so):" >&2
+			cat "$slog" >&2
+		fi
+		fail "$name failed (client: $co, server: $so)"
+	done
+	if cm_client_node; then
 		set -- "${ccheck[@]}"
 		while [ $# -gt 0 ]; do cm_check "$clog" "$1" "$2" "$name client"; shift 2; done
 	fi
-	if [ -n "$spid" ]; then
-		rc=0
-		wait "$spid" || rc=$?
-		[ "$rc" = 0 ] || { cat "$slog" >&2; fail "$name server (${srv[*]}) failed with status $rc"; }
+	if cm_server_node; then
 		set -- "${scheck[@]}"
 		while [ $# -gt 0 ]; do cm_check "$slog" "$1" "$2" "$name server"; shift 2; done
 	fi

@@ -122,23 +122,43 @@ events_main() {
 	note "$test events on $kind: passed"
 }
 
-# peer_tool NAME CMD...: a client/server tool between the two VMs: node 1 runs CMD as the
-# server, node 2 runs CMD PEER_IP as the client, retried while the server is not listening yet.
+# peer_tool NAME PORT CMD...: a client/server tool between the two VMs: node 1 runs CMD as the
+# server and, once it listens on TCP PORT, node 2 runs CMD PEER_IP as the client (once: the
+# server is known to listen). Both must exit 0.
 peer_tool() {
-	local name=$1 i
-	shift
+	local name=$1 port=$2 pid rc=0
+	shift 2
 	barrier "$name-start" 120
 	if [ "$FERRDMA_NODE" = 1 ]; then
 		note "$name: server: $*"
-		timeout 120 "$@" || fail "$name server ($*) failed"
+		timeout 120 "$@" > "/tmp/$name.server" 2>&1 &
+		pid=$!
+		wait_listen "$port"
+		barrier "$name-listening" 60
+		wait "$pid" || rc=$?
+		[ "$rc" = 0 ] || { cat "/tmp/$name.server"; fail "$name server ($*) failed with status $rc"; }
+		note "$name: server: $(grep -m1 'bytes in' "/tmp/$name.server" || true)"
 	else
+		barrier "$name-listening" 60
 		note "$name: client: $* $FERRDMA_PEER_IP"
-		for ((i = 1; ; i++)); do
-			timeout 120 "$@" "$FERRDMA_PEER_IP" && break
-			[ "$i" -lt 20 ] || fail "$name client ($* $FERRDMA_PEER_IP) failed $i times"
-			note "$name: client attempt $i failed (server not listening yet?); retrying"
-			sleep 1
-		done
+		timeout 120 "$@" "$FERRDMA_PEER_IP" > "/tmp/$name.client" 2>&1 || rc=$?
+		[ "$rc" = 0 ] || { cat "/tmp/$name.client"; fail "$name client ($* $FERRDMA_PEER_IP) failed with status $rc"; }
+		note "$name: client: $(grep -m1 'bytes in' "/tmp/$name.client" || true)"
+	fi
+	barrier "$name-done" 180
+}
+
+# peer_perftest NAME TOOL ARGS...: perftest's TOOL between the two VMs, node 1 serving (lib.sh's
+# perftest_pair); the client must report a result row.
+peer_perftest() {
+	local name=$1
+	shift
+	barrier "$name-start" 120
+	PERFTEST_TIMEOUT=120 perftest_pair "$name" 1 "$FERRDMA_PEER_IP" "$@"
+	if [ "$FERRDMA_NODE" = 2 ]; then
+		grep -qE '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" ||
+			{ cat "$PERFTEST_CLIENT_LOG"; fail "$name: $1 printed no result row"; }
+		note "$name: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" | tail -1 | tr -s ' \t' ' ')"
 	fi
 	barrier "$name-done" 180
 }
@@ -153,9 +173,9 @@ events_two_vms() {
 	rdma_dev_up "$kind"
 	before=$(rdma res show "$EVENTS_DEV")
 	ping_peer "$FERRDMA_PEER_IP" 90
-	peer_tool rc_pingpong ibv_rc_pingpong -d "$EVENTS_DEV" -g "$EVENTS_GID_INDEX" -e -n 200 -p 18515
-	peer_tool send_lat ib_send_lat -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18516
-	peer_tool send_bw ib_send_bw -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18517
+	peer_tool rc_pingpong 18515 ibv_rc_pingpong -d "$EVENTS_DEV" -g "$EVENTS_GID_INDEX" -e -n 200 -p 18515
+	peer_perftest send_lat ib_send_lat -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18516
+	peer_perftest send_bw ib_send_bw -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18517
 	after=$(rdma res show "$EVENTS_DEV")
 	note "rdma res: $after"
 	[ "$after" = "$before" ] || fail "verbs objects left behind: before the test: $before; after: $after"

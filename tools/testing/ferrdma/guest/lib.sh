@@ -31,6 +31,18 @@ note() {
 	echo "[$(cut -d' ' -f1 /proc/uptime)s] $*"
 }
 
+# retrying PART CAUSE...: announces that PART of the test runs again because of CAUSE. Every
+# retry in a guest script goes through here, and only for a failure whose cause is known and
+# named in CAUSE (a failure of any other kind must fail the test). The line it prints,
+#     ferrdma-retry: PART: CAUSE
+# is read by run-tests, which shows it as a "retry:" diagnostic on the test's TAP line and
+# counts it in the summary.
+retrying() {
+	local part=$1
+	shift
+	echo "ferrdma-retry: $part: $*"
+}
+
 # need_nic: fail unless the harness attached a ferrdma NIC (not run with --no-nic).
 need_nic() {
 	[ "${FERRDMA_HAVE_NIC:-0}" = 1 ] || fail "this test needs the ferrdma NIC (the harness ran with --no-nic)"
@@ -99,6 +111,16 @@ barrier() {
 	python3 "$FERRDMA_HARNESS/guest/barrier.py" "$@" || fail "barrier $1 failed"
 }
 
+# barrier_word NAME NODE WORD [SECONDS]: a barrier (default 180 s) at which every VM brings
+# WORD (no spaces; barrier.py --say); prints the word node NODE brought. Lets the VMs agree on
+# an outcome each saw only in part.
+barrier_word() {
+	local out
+	out=$(python3 "$FERRDMA_HARNESS/guest/barrier.py" "$1" "${4:-180}" --say "$3") ||
+		fail "barrier $1 failed"
+	awk -v n="$2" '$1 == n { print $2 }' <<< "$out"
+}
+
 # kmemleak, shared by the tests that check for leaks. kmemleak only reports objects older than
 # 5 seconds and can miss a stale pointer on one scan, so checks scan twice; a few objects the
 # boot path leaves unreferenced (backtrace through start_kernel or kernel_init and no ferrdma
@@ -106,6 +128,8 @@ barrier() {
 # N new suspected memory leaks", which the harness counts as a splat; as the test judges the
 # findings itself, scans are bracketed with the kmemleak-only expected-splat markers.
 FERRDMA_KMEMLEAK=/sys/kernel/debug/kmemleak
+# The guest uptime of the last kmemleak_check that passed (see kmemleak_after_script).
+FERRDMA_KMEMLEAK_PASSED=/run/ferrdma-kmemleak-passed
 
 kmemleak_scan() {
 	echo "ferrdma-test: expected splat begin kmemleak" > /dev/kmsg
@@ -126,6 +150,58 @@ kmemleak_attributable() {
 		{ block = block $0 "\n" }
 		END { flush() }
 	' "$@"
+}
+
+# kmemleak_rdma FILE: of kmemleak_attributable's suspects in the report FILE, those with a
+# backtrace frame of ferrdma or of the RDMA core (ib_core, ib_uverbs, rdma_cm, built in:
+# functions ib_*, rdma_*, uverbs_*, cma_*, iw_cm*), or a bare module-space address: the frame
+# of a module unloaded since (ferrdma after rmmod; kmemleak then cannot name it).
+kmemleak_rdma() {
+	kmemleak_attributable "$1" | awk '
+		function flush() {
+			if (block != "" && hit)
+				printf "%s\n", block
+			block = ""
+			hit = 0
+		}
+		/^unreferenced object/ { flush() }
+		/^ +(\[<[0-9a-f]+>\] )?(ferrdma|ib_|rdma_|uverbs_|cma_|iw_cm)[A-Za-z0-9_.]*\+0x/ { hit = 1 }
+		/\[ferrdma\]/ { hit = 1 }
+		/^ +0xffffffff[a-f][0-9a-f]+$/ { hit = 1 }
+		NF { block = block $0 "\n" }
+		END { flush() }
+	'
+}
+
+# kmemleak_after_script REPORT: the leak check guest/init runs after every test script, also
+# after those that never call kmemleak_check. Any expected-splat region the script left open is
+# closed first. kmemleak only reports objects older than 5 seconds, so it waits 5 s from the
+# script's end, then scans twice: this kernel reports an object only on the scan after the one
+# that first found it unreferenced (measured: a leak of 64 objects, scan 1: 0 suspects, scan
+# 2: 64; under TCG a scan takes seconds). The scans are bracketed as
+# kmemleak-only, since the verdict is this one: the suspects kmemleak_rdma picks (our driver or
+# the RDMA core, boot-path objects excluded) go to REPORT, nothing if none.
+# Most scripts end with their own kmemleak_check (stricter: any suspect not from the boot path
+# since kmemleak_clear); when one passed within the last 5 s of the script, nothing it could
+# report has happened since, and the scan is not repeated (it costs 10-25 s under TCG).
+kmemleak_after_script() {
+	local report=$1 now passed
+	: > "$report"
+	echo "ferrdma-test: expected splat end" > /dev/kmsg
+	[ -e "$FERRDMA_KMEMLEAK" ] || return 0
+	now=$(cut -d' ' -f1 /proc/uptime)
+	if [ -f "$FERRDMA_KMEMLEAK_PASSED" ]; then
+		passed=$(cat "$FERRDMA_KMEMLEAK_PASSED")
+		if awk -v a="$passed" -v b="$now" 'BEGIN { exit !(b - a <= 5) }'; then
+			echo "ferrdma-init: kmemleak: the script's own kmemleak_check passed at ${passed}s, $(awk -v a="$passed" -v b="$now" 'BEGIN { printf "%.1f", b - a }')s before; not repeated"
+			return 0
+		fi
+	fi
+	sleep 5
+	kmemleak_scan
+	kmemleak_scan
+	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak-after
+	kmemleak_rdma /tmp/kmemleak-after > "$report"
 }
 
 # Forgets every suspect found so far, so a later check sees only what came after.
@@ -160,6 +236,7 @@ kmemleak_check() {
 		cat /tmp/kmemleak
 	fi
 	note "kmemleak: no leaks from $1"
+	cut -d' ' -f1 /proc/uptime > "$FERRDMA_KMEMLEAK_PASSED"
 }
 
 # Fails unless ib_core tracks no user verbs object (context, PD, CQ, QP, MR) of ferrdma0.
@@ -281,4 +358,98 @@ fabric_ctl() {
 fabric_cable() {
 	local node=$1 state=$2
 	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
+}
+
+# perftest, shared by every test that runs a perftest server and client (ib_send_bw,
+# ib_write_bw, ib_read_bw, ib_*_lat) over TCP's exchange of connection data, on one VM or
+# between two.
+#
+# perftest times itself with the TSC and first calibrates it against gettimeofday; on a loaded
+# TCG host the calibration's fit can come out below r^2 0.9 (the guest kernel then also marks
+# its TSC unstable), and the tool exits with "Can't produce a report" after the traffic ran.
+# That is the tool's clock, not the data path: such a run is repeated once (announced with
+# `retrying`). Any other failure fails the test.
+PERFTEST_LOGS=/tmp/perftest
+PERFTEST_TIMEOUT=300 # seconds, for each side of a run
+PERFTEST_SERVER_LOG=
+PERFTEST_CLIENT_LOG=
+
+# perftest_clock_failed LOG: whether the perftest run that wrote LOG gave up on its TSC
+# calibration.
+perftest_clock_failed() {
+	grep -q "Can't produce a report" "$1" && grep -q 'Correlation coefficient r^2' "$1"
+}
+
+# perftest_outcome STATUS LOG: "ok" (status 0), "clock" (perftest_clock_failed) or "fail".
+perftest_outcome() {
+	if [ "$1" = 0 ]; then
+		echo ok
+	elif perftest_clock_failed "$2"; then
+		echo clock
+	else
+		echo fail
+	fi
+}
+
+# perftest_pair NAME SNODE ADDR TOOL ARGS...: one perftest run: "TOOL ARGS..." serves on node
+# SNODE and, once it listens on its TCP port (-p, default 18515), "TOOL ARGS... ADDR" connects
+# from the other node; in a 1-VM run both run here. Each side is bounded by PERFTEST_TIMEOUT
+# and both must exit 0. With two VMs the nodes tell each other their side's outcome
+# (barrier_word), so both repeat a run or both fail it. On success PERFTEST_CLIENT_LOG and
+# PERFTEST_SERVER_LOG name this node's logs ($PERFTEST_LOGS/NAME.client, .server) for the
+# caller's checks (result rows are in the client's); on failure the test fails showing them.
+perftest_pair() {
+	local name=$1 snode=$2 addr=$3 port=18515 prev='' a try spid rc co so serve=0 connect=0
+	shift 3
+	for a in "$@"; do
+		[ "$prev" = -p ] && port=$a
+		prev=$a
+	done
+	if [ "$FERRDMA_NVMS" = 1 ]; then
+		serve=1 connect=1
+	elif [ "$FERRDMA_NODE" = "$snode" ]; then
+		serve=1
+	else
+		connect=1
+	fi
+	mkdir -p "$PERFTEST_LOGS"
+	PERFTEST_SERVER_LOG=$PERFTEST_LOGS/$name.server
+	PERFTEST_CLIENT_LOG=$PERFTEST_LOGS/$name.client
+	for try in 1 2; do
+		co=- so=-
+		if [ "$serve" = 1 ]; then
+			timeout "$PERFTEST_TIMEOUT" "$@" > "$PERFTEST_SERVER_LOG" 2>&1 &
+			spid=$!
+			wait_listen "$port"
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] || barrier "$name-$try-listening" 120
+		if [ "$connect" = 1 ]; then
+			rc=0
+			timeout "$PERFTEST_TIMEOUT" "$@" "$addr" > "$PERFTEST_CLIENT_LOG" 2>&1 || rc=$?
+			co=$(perftest_outcome "$rc" "$PERFTEST_CLIENT_LOG")
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] ||
+			co=$(barrier_word "$name-$try-client" $((3 - snode)) "$co" $((PERFTEST_TIMEOUT + 60)))
+		if [ "$serve" = 1 ]; then
+			# A failed client can leave the server waiting for it: stop a server still running.
+			[ "$co" = ok ] || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
+			rc=0
+			wait "$spid" || rc=$?
+			so=$(perftest_outcome "$rc" "$PERFTEST_SERVER_LOG")
+			# The server we stopped after the client failed: its status says nothing.
+			[ "$co" = ok ] || [ "$rc" != 143 ] || so=stopped
+		fi
+		[ "$FERRDMA_NVMS" = 1 ] || so=$(barrier_word "$name-$try-server" "$snode" "$so")
+		[ "$co/$so" = ok/ok ] && return 0
+		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
+			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
+			# Announced once, by the node that runs the client.
+			[ "$connect" = 0 ] || retrying "$name" "perftest's TSC calibration failed" \
+				"(client: $co, server: $so: Can't produce a report, Correlation coefficient r^2 too low)"
+			continue
+		fi
+		[ "$connect" = 0 ] || { echo "--- $name client: $* $addr"; cat "$PERFTEST_CLIENT_LOG"; } >&2
+		[ "$serve" = 0 ] || { echo "--- $name server: $*"; cat "$PERFTEST_SERVER_LOG"; } >&2
+		fail "$name: $1 failed (client: $co, server: $so)"
+	done
 }

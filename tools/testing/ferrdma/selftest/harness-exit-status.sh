@@ -7,7 +7,7 @@ echo "node=$FERRDMA_NODE nvms=$FERRDMA_NVMS ip=$FERRDMA_IP peer=[$FERRDMA_PEER_I
 echo "argc=$# arg1=[$1] arg2=[$2]"
 echo "eth0: $(ip -4 -o addr show dev eth0 | awk '{print $4}')"
 echo "results writable: $(touch "$FERRDMA_RESULTS/probe-file" && echo yes)"
-echo "ferrdma-test: expected splat begin" > /dev/kmsg
+echo "ferrdma-test: expected splat begin warning" > /dev/kmsg
 echo "WARNING: ferrdma harness self-test, expected splat" > /dev/kmsg
 echo "ferrdma-test: expected splat end" > /dev/kmsg
 echo "BUG: ferrdma harness self-test, unexpected splat" > /dev/kmsg

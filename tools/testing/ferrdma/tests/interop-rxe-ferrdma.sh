@@ -11,7 +11,8 @@
 # and IPv6. Afterwards the harness checks the fabric's capture (check-pcap=yes): RoCEv2
 # frames both ways, and every one passes ferrdma-nic's parser and ICRC check.
 #
-# perftest runs with a QP timeout of 2^18 x 4.096 us (-u 18, about 1 s a try): rxe under
+# perftest runs by lib.sh's perftest_pair (a run that failed only on perftest's TSC
+# calibration is repeated once), with a QP timeout of 2^18 x 4.096 us (-u 18, about 1 s a try): rxe under
 # TCG can take more than the default 2^14's half second in all (7 retries of 67 ms) to
 # acknowledge a window of 128 packets from ferrdma, and every retransmitted window makes it
 # slower still (seen as RETRY_EXC in ib_send_bw -s 9000 with node 2 serving; the capture
@@ -23,6 +24,7 @@ LOGS=/tmp/interop
 mkdir -p "$LOGS"
 CM_MODE=two
 TIMEOUT=150
+PERFTEST_TIMEOUT=$TIMEOUT
 
 if [ "$FERRDMA_NODE" = 1 ]; then
 	[ "$FERRDMA_HAVE_NIC" = 1 ] || fail "node 1 needs the ferrdma NIC (header nics=1)"
@@ -112,9 +114,13 @@ for s in 1 2; do
 		# default to the server's device limit (rxe 128, ferrdma 16): pin both to 16.
 		[ "$tool" = ib_read_bw ] && opts+=(-o 16)
 		for size in 64 9000; do
-			pair "$tool-$size-$tag" $s tcp:18515 '' "$BW_ROW" -- \
-				"$tool" "${opts[@]}" -s "$size" -- \
-				"$tool" "${opts[@]}" -s "$size" "$(ip4 $s)"
+			perftest_pair "$tool-$size-$tag" $s "$(ip4 $s)" "$tool" "${opts[@]}" -s "$size"
+			if [ "$FERRDMA_NODE" = "$c" ]; then
+				grep -qE -- "$BW_ROW" "$PERFTEST_CLIENT_LOG" ||
+					{ cat "$PERFTEST_CLIENT_LOG" >&2; fail "$tool-$size-$tag: client output lacks '$BW_ROW'"; }
+				note "$tool-$size-$tag: $(grep -m1 -E -- "$BW_ROW" "$PERFTEST_CLIENT_LOG" | tr -s ' \t' ' ' | cut -c1-100)"
+			fi
+			barrier "$tool-$size-$tag-done" 180
 		done
 	done
 	for fam in 4 6; do

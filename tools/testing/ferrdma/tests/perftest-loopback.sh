@@ -15,40 +15,17 @@ load_ferrdma
 wait_probe 1 >/dev/null
 gid=$(wait_gid ferrdma0)
 
-# perftest times itself with the TSC and first calibrates it against gettimeofday; on a
-# loaded TCG host the calibration's fit can come out below r^2 0.9 (the guest kernel then
-# also marks its TSC unstable), and perftest exits with "Can't produce a report" after the
-# traffic ran. That is the tool's clock, not the data path: such a run is repeated once.
-clock_failed() { # LOG...: whether perftest gave up on its TSC calibration
-	grep -q "Can't produce a report" "$@" && grep -q 'Correlation coefficient r^2' "$@"
-}
-
-perf() { # ROWS TOOL ARGS...: server + client; ROWS result rows expected from the client
-	local rows=$1 tool=$2 try failed spid; shift 2
-	for try in 1 2; do
-		"$tool" -d ferrdma0 -x "$gid" "$@" > /tmp/server.log 2>&1 &
-		spid=$!
-		wait_listen 18515
-		failed=
-		if ! timeout 200 "$tool" -d ferrdma0 -x "$gid" "$@" 127.0.0.1 > /tmp/client.log 2>&1; then
-			kill "$spid" 2>/dev/null
-			wait "$spid" 2>/dev/null
-			failed=client
-		elif ! wait "$spid"; then
-			failed=server
-		fi
-		[ -z "$failed" ] && break
-		if [ "$try" = 1 ] && clock_failed /tmp/client.log /tmp/server.log; then
-			note "$tool $*: perftest's TSC calibration failed (loaded host), once more"
-			continue
-		fi
-		cat /tmp/client.log /tmp/server.log
-		fail "$tool $* failed ($failed)"
-	done
-	local got
-	got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/client.log)
-	[ "$got" = "$rows" ] || { cat /tmp/client.log; fail "$tool $*: $got result rows, expected $rows"; }
-	note "$tool $*: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/client.log | tail -1 | tr -s ' \t' ' ')"
+# perf ROWS TOOL ARGS...: server + client here (lib.sh's perftest_pair: a run that failed only
+# on perftest's TSC calibration is repeated once); ROWS result rows expected from the client.
+step=0
+perf() {
+	local rows=$1 tool=$2 got
+	shift 2
+	step=$((step + 1))
+	perftest_pair "$step-$tool" 1 127.0.0.1 "$tool" -d ferrdma0 -x "$gid" "$@"
+	got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" || true)
+	[ "$got" = "$rows" ] || { cat "$PERFTEST_CLIENT_LOG"; fail "$tool $*: $got result rows, expected $rows"; }
+	note "$tool $*: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" | tail -1 | tr -s ' \t' ' ')"
 }
 
 # -a: 2^1 .. 2^23 bytes, 23 rows.

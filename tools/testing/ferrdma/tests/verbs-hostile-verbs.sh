@@ -9,7 +9,8 @@
 # carries libirdma's ring sizes), ring registrations in use refuse DEREG_MR with EBUSY and
 # deregister after their object is gone; then a process exits with one of each object open.
 # Afterwards ib_core tracks no object, rmmod works and kmemleak has nothing. Cases marked
-# DRIVER BUG below expect the correct behaviour, which the driver does not have yet.
+# "fixed" below found driver bugs (commit 0f55d8b, "ferrdma: fixes found by the hostile
+# raw-uverbs test"); they now guard against their return.
 #
 # The kernel-verbs commands POLL_CQ, REQ_NOTIFY_CQ, POST_SEND, POST_RECV (and POST_SRQ_RECV)
 # go against the user CQ, RC QP (in RTS) and UD QP, valid and hostile (ne 0 and 2^32-1, bogus
@@ -26,8 +27,8 @@ need_nic
 # The expectations: CASE ERRNO [KEY=VALUE...] [# comment]. ERRNO is 0 (success), an errno
 # name, alternatives such as 0|EINVAL, or ERROR (any errno). Each KEY=VALUE must appear in the
 # case's line. "(core)" marks errnos that ib_core gives before the driver sees the request.
-# "DRIVER BUG" marks a case whose expectation is the correct behaviour the driver does not
-# have yet; the test fails on it until the driver is fixed.
+# A case whose expectation the driver does not meet fails the test (mark a newly found bug
+# "DRIVER BUG" in its comment until it is fixed; none is open).
 EXPECT=$(cat <<'EOF'
 get_context 0
 alloc_pd 0
@@ -164,9 +165,9 @@ modify_qp.sqd_to_rts 0
 modify_qp.rts_to_init EINVAL
 modify_qp.err 0
 modify_qp.err_again 0 # libirdma's reflush
-modify_qp.err_to_err_with_qkey EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
-modify_qp.err_path_mtu_7_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
-modify_qp.err_timeout_32_no_state EINVAL # DRIVER BUG: succeeds (reflush path skips the checks)
+modify_qp.err_to_err_with_qkey EINVAL # fixed: the reflush path skipped the checks
+modify_qp.err_path_mtu_7_no_state EINVAL # fixed: the reflush path skipped the checks
+modify_qp.err_timeout_32_no_state EINVAL # fixed: the reflush path skipped the checks
 modify_qp.err_cur_state_spoofed_rts EINVAL # the NIC refuses
 modify_qp.err_to_reset EINVAL # no QP reuse after ERR
 destroy_qp.valid 0
@@ -196,7 +197,7 @@ dereg_mr.qp_ring_ud 0
 create_ah.no_grh EINVAL # (core)
 create_ah.port_2 EINVAL # (core)
 create_ah.bad_sgid_index EINVAL # (core)
-create_ah.resp_no_room EINVAL # DRIVER BUG: succeeds, user space never learns the ah_id
+create_ah.resp_no_room EINVAL # fixed: succeeded, user space never learned the ah_id
 create_ah.resp_4_bytes 0|EINVAL # the ah_id fits; irdma wants all 8 bytes
 create_ah.resp_unmapped EFAULT
 create_ah.valid 0 ah_id_small=1

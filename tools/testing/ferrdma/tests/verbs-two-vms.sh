@@ -11,10 +11,23 @@
 two_vms_up
 
 step=0
-# run ROWS TOOL ARGS...: node 2 serves, node 1 connects; ROWS result rows (perftest) or 0.
+# run ROWS TOOL ARGS...: node 2 serves, node 1 connects; ROWS result rows (perftest, run by
+# lib.sh's perftest_pair) or 0 (the pingpong tools).
 run() {
-	local rows=$1 tool=$2; shift 2
+	local rows=$1 tool=$2 got
+	shift 2
 	step=$((step + 1))
+	if [ "$rows" -gt 0 ]; then
+		perftest_pair "$step-$tool" 2 "$FERRDMA_PEER_IP" "$tool" -d ferrdma0 "$@"
+		# The client reports; a passive server (WRITE, READ) prints no rows per size.
+		if [ "$FERRDMA_NODE" = 1 ]; then
+			got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" || true)
+			[ "$got" -ge "$rows" ] || { cat "$PERFTEST_CLIENT_LOG"; fail "$tool $*: $got result rows, expected $rows"; }
+			note "$tool $*: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" | tail -1 | tr -s ' \t' ' ')"
+		fi
+		barrier "done-$step" 300
+		return
+	fi
 	if [ "$FERRDMA_NODE" = 2 ]; then
 		"$tool" -d ferrdma0 "$@" > /tmp/out.log 2>&1 &
 		local pid=$!
@@ -26,15 +39,7 @@ run() {
 		timeout 300 "$tool" -d ferrdma0 "$@" "$FERRDMA_PEER_IP" > /tmp/out.log 2>&1 \
 			|| { cat /tmp/out.log; fail "$tool $* failed (client)"; }
 	fi
-	# The client reports; a passive server (WRITE, READ) prints no rows per size.
-	if [ "$rows" -gt 0 ] && [ "$FERRDMA_NODE" = 1 ]; then
-		local got
-		got=$(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/out.log)
-		[ "$got" -ge "$rows" ] || { cat /tmp/out.log; fail "$tool $*: $got result rows, expected $rows"; }
-		note "$tool $*: $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/out.log | tail -1 | tr -s ' \t' ' ')"
-	elif [ "$rows" = 0 ]; then
-		note "$tool $*: $(grep -E 'bytes in' /tmp/out.log | head -1)"
-	fi
+	note "$tool $*: $(grep -E 'bytes in' /tmp/out.log | head -1)"
 	barrier "done-$step" 300
 }
 
