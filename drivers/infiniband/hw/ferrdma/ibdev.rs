@@ -7,6 +7,7 @@ use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
     admin::{header, AdminQueue},
     ah::Ah,
+    caps::Caps,
     cq::Cq,
     eq::EventQueue,
     id_alloc::IdBitmap,
@@ -56,7 +57,7 @@ pub(crate) struct IbData<'a> {
     /// Bus address of the doorbell BAR, if the function has one.
     doorbells: Option<u64>,
     /// The device's limits (QUERY_CAPS).
-    pub(crate) caps: hw::Caps,
+    pub(crate) caps: Caps,
     #[pin]
     pub(crate) ids: SpinLock<Ids>,
     /// Event delivery handles by CQ and QP id, read by the interrupt handlers.
@@ -154,7 +155,7 @@ pub(crate) struct FunctionInfo<'a> {
     pub(crate) kdb: Option<DbPage<'a>>,
     pub(crate) mac: [u8; 6],
     pub(crate) doorbells: Option<u64>,
-    pub(crate) caps: hw::Caps,
+    pub(crate) caps: Caps,
 }
 
 impl<'a> IbData<'a> {
@@ -342,7 +343,7 @@ impl Pd {
 }
 
 /// The user context response for a device with limits `caps`.
-fn ucontext_resp(caps: &hw::Caps, db_mmap_key: u64) -> AllocUcontextResp {
+fn ucontext_resp(caps: &Caps, db_mmap_key: u64) -> AllocUcontextResp {
     AllocUcontextResp {
         max_pds: caps.max_pd.min(MAX_PD),
         max_qps: caps.max_qp,
@@ -434,7 +435,7 @@ impl infiniband::Driver for FerrdmaIb {
             max_pd: c.max_pd.min(MAX_PD),
             max_qp_rd_atom: c.max_rd_atomic.into(),
             max_qp_init_rd_atom: c.max_rd_atomic.into(),
-            max_res_rd_atom: u32::from(c.max_rd_atomic) * c.max_qp,
+            max_res_rd_atom: u32::from(c.max_rd_atomic).saturating_mul(c.max_qp),
             max_ah: c.max_ah,
             max_pkeys: 1,
             local_ca_ack_delay: 16,
