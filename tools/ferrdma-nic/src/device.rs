@@ -208,6 +208,11 @@ impl Device {
         self.bar0.set_mac(mac);
     }
 
+    /// Answers QUERY_CAPS from `plan` (`--hostile-caps`, test only), across resets.
+    pub fn set_caps_plan(&mut self, plan: Option<std::sync::Arc<crate::rdma::caps::CapsPlan>>) {
+        self.engine.set_caps_plan(plan);
+    }
+
     /// The RDMA engine (for inspection).
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -439,7 +444,9 @@ impl Device {
         self.bar0 = Bar0::new();
         self.bar0.set_mac(mac);
         self.msix_bar = MsixBar::new();
+        let plan = self.engine.caps_plan();
         self.engine = Engine::new();
+        self.engine.set_caps_plan(plan);
         log::info!("{}: reset", self.name);
     }
 }

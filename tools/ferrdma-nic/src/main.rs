@@ -15,6 +15,7 @@ use ferrdma_nic::fabric::control;
 use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
 use ferrdma_nic::fabric::{pcap, pcapcheck};
+use ferrdma_nic::rdma::caps::CapsPlan;
 use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -71,6 +72,15 @@ struct Cli {
     #[arg(long, value_name = "FILE", exclusive = true)]
     check_pcap: Option<PathBuf>,
 
+    /// Test only: answer the driver's QUERY_CAPS commands with hostile values, to prove the
+    /// driver validates them. Each NIC answers its n-th QUERY_CAPS (one per driver probe) with
+    /// the n-th profile and every later one with the last: nominal (the real limits),
+    /// oversized (every limit at its type's maximum; a careful driver clamps) or impossible
+    /// (no SGE, no usable QP, no CQ entries, no 4 KiB pages; a careful driver refuses the
+    /// device). The device keeps enforcing its real limits. Example: oversized,impossible,nominal
+    #[arg(long, value_name = "PROFILE[,PROFILE...]", value_parser = parse_caps_plan)]
+    hostile_caps: Option<String>,
+
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: LevelFilter,
@@ -101,6 +111,12 @@ fn parse_fault(s: &str) -> Result<(usize, FaultConfig), String> {
     let n = n.parse().map_err(|e| format!("{s}: {e}"))?;
     let cfg = FaultConfig::parse(spec).map_err(|e| e.to_string())?;
     Ok((n, cfg))
+}
+
+/// Checks `--hostile-caps` (each NIC parses it again for its own plan).
+fn parse_caps_plan(s: &str) -> Result<String, String> {
+    CapsPlan::parse(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
 }
 
 /// The default MAC of the NIC at position `i`.
@@ -262,10 +278,15 @@ fn main() -> ExitCode {
     for (i, ((listener, file), link)) in bound.into_iter().zip(links).enumerate() {
         let tx = tx.clone();
         let mac = macs.get(i).copied().unwrap_or_else(|| default_mac(i));
+        let caps = cli
+            .hostile_caps
+            .as_deref()
+            .and_then(|s| CapsPlan::parse(s).ok())
+            .map(Arc::new);
         let spawned = std::thread::Builder::new()
             .name(format!("nic{i}"))
             .spawn(move || {
-                let r = serve(listener, &file, mac, link);
+                let r = serve(listener, &file, mac, link, caps);
                 let _ = tx.send(Event::Done(i, r));
             });
         if let Err(e) = spawned {

@@ -11,7 +11,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
@@ -19,6 +19,7 @@ use std::sync::mpsc::Receiver;
 
 use crate::device::{Device, TxSink};
 use crate::fabric::hub::EnginePort;
+use crate::rdma::caps::CapsPlan;
 use crate::shared::{spawn_engine, SharedDevice};
 use crate::vfio_layout::{irq_infos, server_regions};
 use crate::vfio_server::{Server, ServerError};
@@ -155,10 +156,12 @@ pub fn serve(
     socket: &SocketFile,
     mac: [u8; 6],
     fabric: Option<FabricLink>,
+    caps: Option<Arc<CapsPlan>>,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let mut device = Device::new(name);
     device.set_mac(mac);
+    device.set_caps_plan(caps);
     let inbound = match fabric {
         Some(f) => {
             let port = f.port;
@@ -286,7 +289,7 @@ mod tests {
         let dir = TmpDir::new("serve.sock");
         let path = dir.path("serve.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None, None));
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -299,7 +302,7 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None));
+        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None, None));
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();

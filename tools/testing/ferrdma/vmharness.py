@@ -246,6 +246,8 @@ class Config:
     # The nodes that get a ferrdma NIC (when `nic` is set); None: every node. The others are
     # plain VMs whose virtio-net is on the same fabric (e.g. running soft RoCE).
     nic_nodes: tuple[int, ...] | None = None
+    # Extra ferrdma-nic arguments for the process serving the NICs (e.g. --hostile-caps).
+    nic_args: tuple[str, ...] = ()
     # After the run, check the fabric's capture with `<nic> --check-pcap`: every RoCEv2 frame
     # must pass the NIC's parser and ICRC check and, with two VMs, RoCEv2 frames must have
     # gone both ways between the nodes' MACs (needs the fabric).
@@ -848,6 +850,7 @@ def run(cfg: Config) -> RunResult:
                         argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),
                                  "--mac", node_mac(n)]
                 argv += ["--control", ctl_sock]
+                argv += list(cfg.nic_args)
                 fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
                 _wait_for_socket(f"{lan_sock}.{cfg.vms}", fabric, 15.0)
                 _wait_for_socket(ctl_sock, fabric, 15.0)
@@ -866,7 +869,8 @@ def run(cfg: Config) -> RunResult:
                 if not has_nic(cfg, i + 1) or nics[i] is not None:
                     continue
                 sock = os.path.join(sockdir, f"nic{i + 1}.sock")
-                nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1)],
+                nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1),
+                                                *cfg.nic_args],
                                 os.path.join(logdir, f"nic{i + 1}.log"))
                 _wait_for_socket(sock, nics[i], 15.0)
             # 2. The VMs; node 1 first, as it creates the LAN socket node 2 connects to.

@@ -4,6 +4,7 @@
 
 use crate::{
     admin::AdminQueue,
+    caps::Caps,
     eq::EventQueue,
     ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
     interface as hw, regs,
@@ -115,14 +116,26 @@ impl pci::Driver for FerrdmaDriver {
             return Err(ENODEV);
         }
         let mut admin = AdminQueue::new(pdev.as_ref(), &bar)?;
-        let caps = admin.query_caps(&bar)?;
-        if caps.hw_rev != hw::HW_REV_GEN_2 {
+        // The device's limits are checked here, once: the rest of the driver sees only the
+        // validated `Caps`.
+        let (caps, clamps) = Caps::validate(&admin.query_caps(&bar)?).map_err(|r| {
             dev_err!(
                 pdev,
-                "device data path is hw_rev {}, not GEN_2\n",
-                caps.hw_rev
+                "QUERY_CAPS: {} = {:#x} is impossible ({}); refusing the device\n",
+                r.field,
+                r.value,
+                r.why
             );
-            return Err(ENODEV);
+            r.errno()
+        })?;
+        for c in clamps.as_slice() {
+            dev_warn!(
+                pdev,
+                "QUERY_CAPS: {} = {:#x} exceeds the driver's limit; using {:#x}\n",
+                c.field,
+                c.reported,
+                c.used
+            );
         }
         dev_info!(
             pdev,

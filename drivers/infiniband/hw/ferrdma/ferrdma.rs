@@ -9,6 +9,7 @@
 mod abi;
 mod admin;
 mod ah;
+mod caps;
 mod cq;
 mod driver;
 mod eq;

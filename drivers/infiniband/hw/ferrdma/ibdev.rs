@@ -7,6 +7,7 @@ use crate::{
     abi::{self, AllocPdResp, AllocUcontextReq, AllocUcontextResp},
     admin::{header, AdminQueue},
     ah::Ah,
+    caps::Caps,
     cq::Cq,
     eq::EventQueue,
     id_alloc::IdBitmap,
@@ -56,7 +57,7 @@ pub(crate) struct IbData<'a> {
     /// Bus address of the doorbell BAR, if the function has one.
     doorbells: Option<u64>,
     /// The device's limits (QUERY_CAPS).
-    pub(crate) caps: hw::Caps,
+    pub(crate) caps: Caps,
     /// Taken with interrupts off: ib_cm creates and destroys AHs under its `cm_id_priv`
     /// lock, which `cm_establish` takes in hard-IRQ context when a QP event handler passes
     /// COMM_EST on (`rdma_notify`, from our AEQ interrupt). With interrupts on here, that
@@ -158,7 +159,7 @@ pub(crate) struct FunctionInfo<'a> {
     pub(crate) kdb: Option<DbPage<'a>>,
     pub(crate) mac: [u8; 6],
     pub(crate) doorbells: Option<u64>,
-    pub(crate) caps: hw::Caps,
+    pub(crate) caps: Caps,
 }
 
 impl<'a> IbData<'a> {
@@ -346,7 +347,7 @@ impl Pd {
 }
 
 /// The user context response for a device with limits `caps`.
-fn ucontext_resp(caps: &hw::Caps, db_mmap_key: u64) -> AllocUcontextResp {
+fn ucontext_resp(caps: &Caps, db_mmap_key: u64) -> AllocUcontextResp {
     AllocUcontextResp {
         max_pds: caps.max_pd.min(MAX_PD),
         max_qps: caps.max_qp,
@@ -438,7 +439,7 @@ impl infiniband::Driver for FerrdmaIb {
             max_pd: c.max_pd.min(MAX_PD),
             max_qp_rd_atom: c.max_rd_atomic.into(),
             max_qp_init_rd_atom: c.max_rd_atomic.into(),
-            max_res_rd_atom: u32::from(c.max_rd_atomic) * c.max_qp,
+            max_res_rd_atom: u32::from(c.max_rd_atomic).saturating_mul(c.max_qp),
             max_ah: c.max_ah,
             max_pkeys: 1,
             local_ca_ack_delay: 16,

@@ -424,7 +424,7 @@ impl IbData<'_> {
                     stag: s.lkey(),
                 };
             }
-            Payload::Frags(&frags[..wr.sges.len()])
+            Payload::Frags(frags.get(..wr.sges.len()).ok_or(EINVAL)?)
         };
         let quanta = kwqe::sq_wqe(op, flags, payload_ref(&payload), true)?.quanta;
         let pad = kwqe::padding_before(sq.track.head(), quanta);
@@ -462,7 +462,11 @@ impl IbData<'_> {
                         stag: s.lkey(),
                     };
                 }
-                let w = kwqe::rq_wqe(&frags[..wr.sges.len()], rq.shift, rq.polarity)?;
+                let w = kwqe::rq_wqe(
+                    frags.get(..wr.sges.len()).ok_or(EINVAL)?,
+                    rq.shift,
+                    rq.polarity,
+                )?;
                 let base = rq.head as usize * (w.quanta as usize) * QUANTUM_QWORDS;
                 for i in (0..w.quanta as usize * QUANTUM_QWORDS).filter(|&i| i != 3) {
                     io_write!(rq.ring, [try: base + i], w.qw[i]);

@@ -4,7 +4,7 @@
 //! kernel must arrive at the same ring sizes, because user space lays out the rings before
 //! the kernel sees the QP and then trusts the sizes the kernel reports.
 
-use crate::interface as hw;
+use crate::{caps::Caps, interface as hw};
 use kernel::prelude::*;
 
 /// SQ quanta libirdma reserves on top of the requested WRs.
@@ -59,7 +59,7 @@ impl QpRings {
         inline: u32,
         recv_wr: u32,
         recv_sge: u32,
-        caps: &hw::Caps,
+        caps: &Caps,
     ) -> Result<Self> {
         if send_sge > u32::from(caps.max_sge)
             || recv_sge > u32::from(caps.max_sge)
@@ -100,27 +100,24 @@ impl QpRings {
     }
 }
 
-/// 4 KiB pages holding `quanta` 32-byte quanta (or CQEs).
+/// 4 KiB pages holding `quanta` 32-byte quanta (or CQEs); computed in `u64`, so no ring size
+/// can overflow it (the result is below 2^28).
 pub(crate) const fn pages(quanta: u32) -> u32 {
-    (quanta * hw::QUANTUM as u32).div_ceil(hw::QUEUE_PAGE_SIZE as u32)
+    ((quanta as u64 * hw::QUANTUM as u64).div_ceil(hw::QUEUE_PAGE_SIZE)) as u32
 }
 
 #[kunit_tests(ferrdma_sizing)]
 mod tests {
     use super::*;
 
-    fn caps() -> hw::Caps {
-        let mut c = hw::Caps::decode(&[0; 128]);
-        c.max_sge = 13;
-        c.max_inline = 101;
-        c.min_wq_quanta = 8;
-        c.max_sq_quanta = 32768;
-        c.max_rq_quanta = 32768;
-        c
+    fn caps() -> Result<Caps> {
+        Caps::validate(&crate::caps::gen2_reply())
+            .map(|(c, _)| c)
+            .map_err(|e| e.errno())
     }
 
     fn rings(s: u32, ss: u32, inl: u32, r: u32, rs: u32) -> QpRings {
-        match QpRings::for_caps(s, ss, inl, r, rs, &caps()) {
+        match caps().and_then(|c| QpRings::for_caps(s, ss, inl, r, rs, &c)) {
             Ok(q) => q,
             Err(_) => QpRings {
                 sq_shift: 9,
@@ -166,8 +163,8 @@ mod tests {
     }
 
     #[test]
-    fn limits_are_enforced() {
-        let c = caps();
+    fn limits_are_enforced() -> Result {
+        let c = caps()?;
         assert!(QpRings::for_caps(32768, 1, 0, 1, 1, &c).is_err());
         assert!(QpRings::for_caps(1, 14, 0, 1, 1, &c).is_err());
         assert!(QpRings::for_caps(1, 1, 102, 1, 1, &c).is_err());
@@ -178,5 +175,8 @@ mod tests {
         assert_eq!((q.sq_depth, q.rq_depth), (512, 8));
         assert_eq!(pages(8), 1);
         assert_eq!(pages(129), 2);
+        // No u32 overflow, whatever the quanta.
+        assert_eq!(pages(u32::MAX), 1 << 25);
+        Ok(())
     }
 }

@@ -5,16 +5,15 @@ use std::mem::offset_of;
 
 use crate::interface::{
     admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, stag_index,
-    AdminHeader, AllocMr, Caps, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
+    AdminHeader, AllocMr, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
     PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE,
     AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ,
-    EQ_KIND_CEQ, HW_REV_GEN_2, LINK_UP, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES,
-    MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE,
-    MAX_MSG_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE,
+    EQ_KIND_CEQ, LINK_UP, MAX_CQ_ENTRIES, MAX_EQ_ENTRIES, MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES,
+    MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA,
     MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE,
-    MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, PAGE_SIZE_CAP,
-    QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL,
-    QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, SQ_CHUNK_QUANTA, STATS_CLEAR,
+    MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, QP_ACCESS_REMOTE_ATOMIC,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI,
+    QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
 };
 
 use super::cq::Cq;
@@ -123,38 +122,13 @@ impl Engine {
     }
 
     fn query_caps(&mut self, env: &Env<'_>, q: &QueryObject) -> CmdResult {
-        let caps = Caps {
-            hw_rev: HW_REV_GEN_2,
-            max_sge: MAX_SGE as u8,
-            max_read_sge: MAX_SGE as u8,
-            sq_chunk_quanta: SQ_CHUNK_QUANTA as u8,
-            max_inline: MAX_INLINE as u16,
-            min_wq_quanta: MIN_WQ_QUANTA as u16,
-            max_qp: MAX_QP,
-            max_cq: MAX_CQ,
-            max_mr: MAX_MR,
-            max_ah: MAX_AH,
-            max_pd: MAX_PD,
-            max_sq_quanta: MAX_SQ_QUANTA,
-            max_rq_quanta: MAX_RQ_QUANTA,
-            max_cq_entries: MAX_CQ_ENTRIES,
-            max_eq_entries: MAX_EQ_ENTRIES,
-            max_eq: MAX_EQ,
-            max_gid: MAX_GID,
-            db_pages: DB_PAGES,
-            max_msg_size: MAX_MSG_SIZE,
-            rsvd_align: 0,
-            max_mr_size: MAX_MR_SIZE,
-            page_size_cap: PAGE_SIZE_CAP,
-            max_rd_atomic: MAX_RD_ATOMIC,
-            max_pbl_level: 2,
-            ports: 1,
-            rsvd0: 0,
-            msix_vectors: MSIX_VECTORS,
-            fw_ver: 2 << 32,
-            max_fast_reg_pages: MAX_FAST_REG_PAGES,
-            max_eq_moderation_us: MAX_EQ_MODERATION_US,
-            rsvd: [0; 26],
+        let caps = match &self.caps_plan {
+            Some(plan) => {
+                let (profile, caps) = plan.next_reply();
+                log::warn!("QUERY_CAPS: answering with the {profile:?} profile (--hostile-caps)");
+                caps
+            }
+            None => super::caps::nominal(),
         };
         write_out(env, q, &caps.encode())?;
         Ok(0)

@@ -729,7 +729,7 @@ impl Engine {
         if w.len > mtu {
             return Outcome::Fail(flush::LOC_LEN, ae::QP_FATAL);
         }
-        let qkey = w.qw2 as u32;
+        let qkey = qp.send_qkey(w.qw2 as u32);
         let dqpn = ((w.qw2 >> 32) & 0xff_ffff) as u32;
         let a = ah.attrs;
         let sgid = self

@@ -6,6 +6,7 @@
 //! before it returns, then raises the interrupts that became due (one per armed EQ).
 
 mod admin;
+pub mod caps;
 mod commands;
 pub mod cq;
 pub mod eq;
@@ -23,6 +24,7 @@ pub mod transport;
 pub mod wqe;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
@@ -91,6 +93,9 @@ pub struct Engine {
     outbox: VecDeque<Vec<u8>>,
     /// IPv4 identification of the next frame.
     ip_id: u16,
+    /// `--hostile-caps`: the QUERY_CAPS replies (test only; `None`: the real limits). Kept
+    /// across engine resets.
+    caps_plan: Option<Arc<caps::CapsPlan>>,
 }
 
 impl Default for Engine {
@@ -123,7 +128,18 @@ impl Engine {
             stats: Stats::default(),
             outbox: VecDeque::new(),
             ip_id: 0,
+            caps_plan: None,
         }
+    }
+
+    /// Answers QUERY_CAPS from `plan` from now on (`--hostile-caps`, test only).
+    pub fn set_caps_plan(&mut self, plan: Option<Arc<caps::CapsPlan>>) {
+        self.caps_plan = plan;
+    }
+
+    /// The QUERY_CAPS plan (kept across resets).
+    pub fn caps_plan(&self) -> Option<Arc<caps::CapsPlan>> {
+        self.caps_plan.clone()
     }
 
     /// The MR table (for tests and diagnostics).
@@ -156,7 +172,9 @@ impl Engine {
             REG_DEV_CTRL => {
                 if value == DEV_CTRL_RESET {
                     log::info!("RDMA engine reset");
+                    let plan = self.caps_plan.take();
                     *self = Self::new();
+                    self.caps_plan = plan;
                 }
             }
             REG_EQ_DOORBELL => {

@@ -89,6 +89,29 @@ impl Qp {
     pub fn can_receive(&self) -> bool {
         matches!(self.state(), qp_state::RTR | qp_state::RTS | qp_state::SQD)
     }
+
+    /// The Q_Key a UD/GSI send WQE of this QP puts in the DETH: see [`wire_qkey`].
+    pub fn send_qkey(&self, wqe_qkey: u32) -> u32 {
+        wire_qkey(self.privileged, self.attrs.qkey, wqe_qkey)
+    }
+}
+
+/// Q_Keys with the most significant bit set are *controlled*: only privileged software may
+/// send them (the GSI's `0x8001_0000` among them).
+pub const QKEY_CONTROLLED: u32 = 1 << 31;
+
+/// The Q_Key that goes on the wire for a send WQE carrying `wqe_qkey`, from a QP whose
+/// context holds `own` (the InfiniBand rule for UD Q_Keys): a controlled Q_Key in
+/// the WQE of an unprivileged (user) QP is replaced by the QP's own Q_Key, which only
+/// privileged software (the kernel, CAP_NET_RAW) can set to a controlled value. A user
+/// process writes its WQEs itself, so this is the only place the rule can be enforced;
+/// privileged (kernel) QPs send the WQE's key as is, the driver having applied the rule.
+pub fn wire_qkey(privileged: bool, own: u32, wqe_qkey: u32) -> u32 {
+    if !privileged && wqe_qkey & QKEY_CONTROLLED != 0 {
+        own
+    } else {
+        wqe_qkey
+    }
 }
 
 /// Whether `from -> to` is a legal transition, and (for RC to RTR) whether the needed
@@ -122,6 +145,15 @@ mod tests {
     use super::*;
     use crate::interface::QP_TYPE_UD;
     use qp_state::*;
+
+    #[test]
+    fn controlled_qkeys_of_unprivileged_qps_become_the_qps_own() {
+        assert_eq!(wire_qkey(false, 0x1234, 0x8001_0000), 0x1234);
+        assert_eq!(wire_qkey(false, 0x1234, 0x8000_0000), 0x1234);
+        assert_eq!(wire_qkey(false, 0x1234, 0x7fff_ffff), 0x7fff_ffff);
+        assert_eq!(wire_qkey(true, 0x1234, 0x8001_0000), 0x8001_0000);
+        assert_eq!(wire_qkey(true, 0x1234, 0x42), 0x42);
+    }
 
     #[test]
     fn state_machine() {

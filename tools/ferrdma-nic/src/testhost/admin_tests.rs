@@ -36,6 +36,35 @@ fn caps_report_the_interface_limits() {
     assert_eq!(h.admin(bad.encode()), admin_status::DMA_FAULT);
 }
 
+/// `--hostile-caps`: the n-th QUERY_CAPS gets the n-th profile, across engine resets (a
+/// driver reload); the device still enforces its real limits.
+#[test]
+fn hostile_caps_plan_answers_query_caps_in_order_across_resets() {
+    use crate::rdma::caps::CapsPlan;
+    let mut h = Host::new();
+    let plan = CapsPlan::parse("oversized,impossible,nominal").unwrap();
+    h.dev().set_caps_plan(Some(std::sync::Arc::new(plan)));
+    let c = h.caps();
+    assert_eq!((c.max_sge, c.max_qp, c.max_rd_atomic), (255, u32::MAX, 255));
+    // The real limit still holds: no CQ beyond MAX_CQ.
+    let (_aeq, _ceq) = h.standard();
+    let st = h.admin(
+        CreateCq {
+            hdr: Host::hdr(admin_op::CREATE_CQ),
+            cq_id: MAX_CQ,
+            ..Default::default()
+        }
+        .encode(),
+    );
+    assert_eq!(st, admin_status::BAD_ID);
+    h.restart();
+    let c = h.caps();
+    assert_eq!((c.max_sge, c.max_qp, c.page_size_cap), (0, 1, 1 << 21));
+    h.restart();
+    assert_eq!(h.caps(), crate::rdma::caps::nominal());
+    assert_eq!(h.caps(), crate::rdma::caps::nominal());
+}
+
 #[test]
 fn every_status_code() {
     let mut h = Host::new();

@@ -14,6 +14,7 @@ mod fastreg_tests;
 mod fuzz;
 mod local_dma_tests;
 mod more_tests;
+mod qkey_tests;
 pub(crate) mod vfio_client;
 mod vfio_hostile_tests;
 mod wire_tests;

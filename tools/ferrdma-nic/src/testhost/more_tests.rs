@@ -172,7 +172,9 @@ fn gsi_qp_receives_ud_traffic_for_qp1() {
     h.standard();
     let mut cq = h.create_cq(1, 64, 1);
     let mut gsi = h.create_qp(1, QP_TYPE_GSI, 1, 1, 1, 64, 8, 1);
-    let mut ud = h.create_qp(5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
+    // A kernel (privileged) UD QP: only those may send GSI's controlled Q_Key 0x80010000
+    // (a user QP's controlled key becomes its own, see qkey_tests).
+    let mut ud = h.create_qp_flags(QP_FLAG_PRIVILEGED, 5, QP_TYPE_UD, 1, 1, 1, 64, 8, 0);
     h.ud_to_rts(1, 0x8001_0000);
     h.ud_to_rts(5, 7);
     let ah = CreateAh {

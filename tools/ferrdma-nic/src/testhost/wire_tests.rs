@@ -1626,6 +1626,94 @@ fn gsi_qp1_to_qp1_over_the_wire() {
     assert_eq!(got[40..], mad[..]);
 }
 
+/// Q_Key spoofing (issue 14, defect 8): a user (unprivileged) UD QP that puts GSI's
+/// controlled Q_Key 0x8001_0000 in its WQE to forge a CM MAD to the peer's QP1 sends its own
+/// Q_Key instead, so QP1 drops the datagram (counted in `rx_drops`) and never sees it; the
+/// same WQE from a privileged (kernel) UD QP is delivered. The substitution is visible: the
+/// user QP's controlled-key WQE to a peer UD QP whose Q_Key is the user QP's own arrives.
+#[test]
+fn controlled_qkey_of_an_unprivileged_ud_qp_never_reaches_gsi() {
+    const QP1_QKEY: u32 = 0x8001_0000;
+    const KQPN: u32 = 9;
+    let mut net = Net::new(1 << 20, Path::default());
+    let mut gsi = net.b.h.create_qp(1, QP_TYPE_GSI, 1, 1, 2, 64, 16, 2);
+    net.b.h.ud_to_rts(1, QP1_QKEY);
+    let mut kud = net
+        .a
+        .h
+        .create_qp_flags(QP_FLAG_PRIVILEGED, KQPN, QP_TYPE_UD, 1, 1, 2, 64, 16, 2);
+    net.a.h.ud_to_rts(KQPN, 0x4444);
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 1,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: gid(2),
+            dmac: mac(2),
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    let mad = pattern(256, 0x6d);
+    net.a.h.write(net.a.src.gpa, &mad);
+    let forged = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 256)],
+        hdr_low: 1,
+        qw2: (1u64 << 32) | u64::from(QP1_QKEY),
+        ..Default::default()
+    };
+    net.b.h.post_recv(&mut gsi, &[net.b.dst.sg(0, 40 + 256)]);
+    let drops = net.b.h.stats().rx_drops;
+    net.a.h.send(&mut net.a.ud, &forged);
+    let (sc, _) = net.complete(false);
+    assert_eq!(
+        sc[0].error(),
+        None,
+        "UD is unreliable: the sender sees success"
+    );
+    net.run(|_| false);
+    assert!(
+        net.b.h.poll_cq(&mut net.b.rcq).is_empty(),
+        "the forged MAD reached QP1"
+    );
+    assert_eq!(
+        net.b.h.stats().rx_drops,
+        drops + 1,
+        "Q_Key mismatch counted"
+    );
+    // The privileged QP's identical WQE is delivered to QP1 (the receive posted above).
+    net.a.h.send(&mut kud, &forged);
+    let (sc, rc) = net.complete(true);
+    assert_eq!(sc[0].error(), None);
+    assert_eq!((rc[0].error(), rc[0].len(), rc[0].qp_id()), (None, 296, 1));
+    assert_eq!(rc[0].qw[2] as u32 & 0xff_ffff, KQPN, "source QP");
+    assert_eq!(net.b.h.read(net.b.dst.gpa + 40, 256), mad);
+    // The user QP's controlled-key WQE to B's UD QP (Q_Key QKEY, the user QP's own): the
+    // wire carries QKEY, so it is delivered.
+    net.b.h.write(net.b.dst.gpa, &[0; 296]);
+    net.b
+        .h
+        .post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 40 + 256)]);
+    let to_ud = Wr {
+        qw2: (u64::from(UDQPN) << 32) | u64::from(QP1_QKEY),
+        ..forged
+    };
+    net.a.h.send(&mut net.a.ud, &to_ud);
+    let (sc, rc) = net.complete(true);
+    assert_eq!(sc[0].error(), None);
+    assert_eq!(
+        (rc[0].error(), rc[0].len(), rc[0].qp_id()),
+        (None, 296, UDQPN)
+    );
+    assert_eq!(net.b.h.read(net.b.dst.gpa + 40, 256), mad);
+    assert_eq!(net.b.h.stats().rx_drops, drops + 1);
+}
+
 /// Several QP pairs at once, each running a random sequence of operations of random sizes
 /// and MTUs, over a link with 5% loss plus duplication, reordering and delay: every
 /// operation completes in order with the right data, and the QPs never disturb each other.
