@@ -199,6 +199,15 @@ impl Device {
         self.engine.next_deadline(self.clock.now_us())
     }
 
+    /// Shares the host's test-only WRITE corruption knob with the engine (kept across
+    /// device resets; see `rdma/sabotage.rs`).
+    pub fn set_write_sabotage(
+        &mut self,
+        knob: std::sync::Arc<crate::rdma::sabotage::WriteSabotage>,
+    ) {
+        self.engine.set_write_sabotage(knob);
+    }
+
     /// Sets the port MAC the device reports (kept across device resets).
     pub fn set_mac(&mut self, mac: [u8; 6]) {
         self.bar0.set_mac(mac);
@@ -435,7 +444,10 @@ impl Device {
         self.bar0 = Bar0::new();
         self.bar0.set_mac(mac);
         self.msix_bar = MsixBar::new();
+        // The host's test knob outlives the guest's device state.
+        let sabotage = self.engine.write_sabotage();
         self.engine = Engine::new();
+        self.engine.set_write_sabotage(sabotage);
         log::info!("{}: reset", self.name);
     }
 }

@@ -18,11 +18,13 @@ pub mod qp;
 mod requester;
 mod responder;
 pub mod ring;
+pub mod sabotage;
 pub mod seglist;
 pub mod transport;
 pub mod wqe;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
@@ -91,6 +93,8 @@ pub struct Engine {
     outbox: VecDeque<Vec<u8>>,
     /// IPv4 identification of the next frame.
     ip_id: u16,
+    /// The host's test-only WRITE corruption knob (`sabotage.rs`); off unless armed.
+    sabotage: Arc<sabotage::WriteSabotage>,
 }
 
 impl Default for Engine {
@@ -123,7 +127,18 @@ impl Engine {
             stats: Stats::default(),
             outbox: VecDeque::new(),
             ip_id: 0,
+            sabotage: Arc::default(),
         }
+    }
+
+    /// Shares the host's WRITE corruption knob with this engine (test-only, `sabotage.rs`).
+    pub fn set_write_sabotage(&mut self, knob: Arc<sabotage::WriteSabotage>) {
+        self.sabotage = knob;
+    }
+
+    /// The engine's WRITE corruption knob.
+    pub fn write_sabotage(&self) -> Arc<sabotage::WriteSabotage> {
+        Arc::clone(&self.sabotage)
     }
 
     /// The MR table (for tests and diagnostics).
