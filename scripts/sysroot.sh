@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 
 need_root
-command -v mmdebstrap >/dev/null || die "mmdebstrap is missing: run 'apt-get update && apt-get install -y mmdebstrap' (or use .ci/run)"
+need_host_package mmdebstrap mmdebstrap
 
 key=$(cat "$here/sysroot-packages.txt" "$here/sysroot.sh" | sha256sum | cut -c1-16)
 root="$FERRDMA_CACHE/sysroot-$key"

@@ -16,6 +16,7 @@ use crate::config_space::{ConfigAccessError, ConfigSpace};
 use crate::dma::{BusMasterGate, DmaPerm, DmaSpace, MapRequestError};
 use crate::interface::DB_BAR_SIZE;
 use crate::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
+use crate::log_limit::LogLimiter;
 use crate::msix::{GatedMsix, MsixError, MsixVectors};
 use crate::msix_bar::{MsixBar, MsixBarAccessError};
 use crate::rdma::{Engine, Env};
@@ -116,6 +117,8 @@ pub struct Device {
     engine: Engine,
     clock: Clock,
     sink: Option<TxSink>,
+    /// Refused DMA_MAP/DMA_UNMAP/SET_IRQS requests: a client can repeat them at will.
+    client_warnings: LogLimiter,
 }
 
 impl Device {
@@ -132,6 +135,7 @@ impl Device {
             engine: Engine::new(),
             clock: Clock::Real(Instant::now()),
             sink: None,
+            client_warnings: LogLimiter::default(),
         }
     }
 
@@ -502,7 +506,12 @@ impl ServerBackend for Device {
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
         Device::dma_map(self, flags.bits(), offset, address, size, fd).map_err(|e| {
-            log::warn!("{}: DMA_MAP {address:#x}+{size:#x}: {e}", self.name);
+            crate::warn_limited!(
+                self.client_warnings,
+                self.clock.now_us(),
+                "{}: DMA_MAP {address:#x}+{size:#x}: {e}",
+                self.name
+            );
             e.into()
         })
     }
@@ -515,7 +524,12 @@ impl ServerBackend for Device {
     ) -> Result<(), std::io::Error> {
         // `DmaUnmapFlags` carries VFIO's values (ALL is bit 1), which QEMU sends.
         Device::dma_unmap(self, flags.bits(), address, size).map_err(|e| {
-            log::warn!("{}: DMA_UNMAP {address:#x}+{size:#x}: {e}", self.name);
+            crate::warn_limited!(
+                self.client_warnings,
+                self.clock.now_us(),
+                "{}: DMA_UNMAP {address:#x}+{size:#x}: {e}",
+                self.name
+            );
             e.into()
         })
     }
@@ -534,7 +548,12 @@ impl ServerBackend for Device {
         fds: Vec<File>,
     ) -> Result<(), std::io::Error> {
         Device::set_irqs(self, index, flags, start, count, fds).map_err(|e| {
-            log::warn!("{}: SET_IRQS: {e}", self.name);
+            crate::warn_limited!(
+                self.client_warnings,
+                self.clock.now_us(),
+                "{}: SET_IRQS: {e}",
+                self.name
+            );
             e.into()
         })
     }

@@ -12,6 +12,7 @@ pub mod device;
 pub mod dma;
 pub mod fabric;
 pub mod irq_request;
+pub mod log_limit;
 pub mod mapping;
 pub mod msix;
 pub mod msix_bar;

@@ -795,6 +795,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_HARNESS": HARNESS_DIR,
             "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),
             "FERRDMA_HAVE_NIC": "1" if has_nic(cfg, node) else "0",
+            "FERRDMA_ACCEL": cfg.accel,
         }
         with open(os.path.join(share, "job"), "w") as f:
             f.write(job_file_text(env, cfg.args, script_timeout))

@@ -42,7 +42,7 @@ for dev in ferrdma0 rxe0; do
 	measure "$dev" "$gid" ib_send_lat -s 64 -n 2000
 	measure "$dev" "$gid" ib_write_lat -s 64 -n 2000
 done
-echo "bench: 1 VM, $(nproc) vCPUs, accel ${FERRDMA_ACCEL:-tcg}; bw rows: bytes iters peak-MiB/s avg-MiB/s Mpps; lat rows: bytes iters min max typical avg stdev p99 p99.9 (usec)"
+echo "bench: 1 VM, $(nproc) vCPUs, accel ${FERRDMA_ACCEL:?the harness names the accelerator}; bw rows: bytes iters peak-MiB/s avg-MiB/s Mpps; lat rows: bytes iters min max typical avg stdev p99 p99.9 (usec)"
 sed 's/^/bench: /' "$results"
 rdma link delete rxe0
 unload_ferrdma
