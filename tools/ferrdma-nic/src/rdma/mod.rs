@@ -171,7 +171,10 @@ impl Engine {
             REG_DEV_CTRL => {
                 if value == DEV_CTRL_RESET {
                     log::info!("RDMA engine reset");
+                    // The host's test knob is not guest state: it survives the reset.
+                    let sabotage = std::mem::take(&mut self.sabotage);
                     *self = Self::new();
+                    self.sabotage = sabotage;
                 }
             }
             REG_EQ_DOORBELL => {
