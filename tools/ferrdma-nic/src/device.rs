@@ -203,6 +203,15 @@ impl Device {
         self.engine.next_deadline(self.clock.now_us())
     }
 
+    /// Shares the host's test-only WRITE corruption knob with the engine (kept across
+    /// device resets; see `rdma/sabotage.rs`).
+    pub fn set_write_sabotage(
+        &mut self,
+        knob: std::sync::Arc<crate::rdma::sabotage::WriteSabotage>,
+    ) {
+        self.engine.set_write_sabotage(knob);
+    }
+
     /// Sets the port MAC the device reports (kept across device resets).
     pub fn set_mac(&mut self, mac: [u8; 6]) {
         self.bar0.set_mac(mac);
@@ -444,9 +453,7 @@ impl Device {
         self.bar0 = Bar0::new();
         self.bar0.set_mac(mac);
         self.msix_bar = MsixBar::new();
-        let plan = self.engine.caps_plan();
-        self.engine = Engine::new();
-        self.engine.set_caps_plan(plan);
+        self.engine.reset_keeping_host_knobs();
         log::info!("{}: reset", self.name);
     }
 }

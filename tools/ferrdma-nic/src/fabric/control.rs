@@ -9,6 +9,10 @@
 //! * `fault PORT SPEC`: the fault injection of PORT from now on, SPEC as for `--fault`
 //!   (`drop=P,dup=P,reorder=P,delay=P,delay-ms=MS`); `fault PORT off` ends it.
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
+//! * `sabotage nic:N write-byte=OFFSET`, `sabotage nic:N off`: TEST ONLY. While armed, NIC
+//!   N's responder flips one bit of the byte at message offset OFFSET of every RDMA WRITE
+//!   it places (`rdma/sabotage.rs`), to prove the data-checking tests catch corruption.
+//!   Off by default; the reply names the state and the bytes corrupted so far.
 //! * `help`: the request syntax.
 //!
 //! PORT is `lan:N` (every port of the `N`th `--lan` socket, 0-based as in `--fault`; a VM
@@ -70,6 +74,11 @@ pub enum Command {
         port: PortRef,
         fault: Option<FaultConfig>,
     },
+    /// Test only: arm (`Some(offset)`) or disarm NIC `nic`'s WRITE corruption knob.
+    Sabotage {
+        nic: usize,
+        write_byte: Option<u64>,
+    },
     Stats,
     Help,
 }
@@ -90,6 +99,7 @@ pub const HELP: &[&str] = &[
     "link PORT... up|down",
     "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS",
     "stats",
+    "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
     "PORT: lan:N (the Nth --lan socket), nic:N (the Nth NIC's RoCE engine), N = lan:N",
 ];
 
@@ -146,6 +156,26 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             },
             _ => return Err(ParseError::Usage("fault PORT SPEC|off")),
         },
+        "sabotage" => {
+            const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off";
+            let [port, what] = words[1..] else {
+                return Err(ParseError::Usage(USAGE));
+            };
+            let PortRef::Nic(nic) = parse_port(port)? else {
+                return Err(ParseError::Usage(USAGE));
+            };
+            let write_byte = match what.strip_prefix("write-byte=") {
+                _ if what == "off" => None,
+                // Digits only (no sign), and no more than fit a u64.
+                Some(n)
+                    if !n.is_empty() && n.len() <= 19 && n.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    Some(n.parse().map_err(|_| ParseError::Usage(USAGE))?)
+                }
+                _ => return Err(ParseError::Usage(USAGE)),
+            };
+            Command::Sabotage { nic, write_byte }
+        }
         "stats" if words.len() == 1 => Command::Stats,
         "stats" => return Err(ParseError::Usage("stats")),
         "help" => Command::Help,
@@ -312,6 +342,20 @@ mod tests {
             }))
         );
         assert_eq!(
+            parse("sabotage nic:1 write-byte=4097"),
+            Ok(Some(Command::Sabotage {
+                nic: 1,
+                write_byte: Some(4097)
+            }))
+        );
+        assert_eq!(
+            parse("sabotage nic:0 off"),
+            Ok(Some(Command::Sabotage {
+                nic: 0,
+                write_byte: None
+            }))
+        );
+        assert_eq!(
             parse("fault nic:1 off"),
             Ok(Some(Command::Fault {
                 port: PortRef::Nic(1),
@@ -347,6 +391,15 @@ mod tests {
             "link 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 down",
             "link 1 x down",
             "fault 1",
+            "sabotage",
+            "sabotage nic:0",
+            "sabotage lan:0 write-byte=1",
+            "sabotage nic:0 write-byte=",
+            "sabotage nic:0 write-byte=-1",
+            "sabotage nic:0 write-byte=+1",
+            "sabotage nic:0 write-byte=99999999999999999999",
+            "sabotage nic:0 read-byte=1",
+            "sabotage nic:0 write-byte=1 extra",
             "fault 1 drop=2",
             "fault 1 drop",
             "fault 1 loss=0.1",
@@ -443,7 +496,7 @@ mod tests {
         }
 
         #[test]
-        fn wordy_input_never_panics(line in "(link|fault|stats|help|lan:|nic:|[0-9]{1,3}|up|down|off|drop=0.[0-9]|delay-ms=[0-9]+|,| |\t){0,12}") {
+        fn wordy_input_never_panics(line in "(link|fault|stats|help|sabotage|write-byte=[0-9]{1,3}|lan:|nic:|[0-9]{1,3}|up|down|off|drop=0.[0-9]|delay-ms=[0-9]+|,| |\t){0,12}") {
             let _ = parse(&line);
         }
     }

@@ -37,6 +37,7 @@ use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
+use crate::rdma::sabotage::WriteSabotage;
 use crate::server::{bind, ServeError, SocketFile};
 
 /// Frames queued towards one port before further ones are dropped.
@@ -86,6 +87,9 @@ pub struct HubControl {
     tx: SyncSender<Event>,
     lans: usize,
     nics: usize,
+    /// Each NIC's test-only WRITE corruption knob (shared with its engine through its
+    /// [`EnginePort`]).
+    sabotage: Vec<Arc<WriteSabotage>>,
 }
 
 impl control::Apply for HubControl {
@@ -93,6 +97,21 @@ impl control::Apply for HubControl {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
             Command::Fault { port, .. } => std::slice::from_ref(port),
+            Command::Sabotage { nic, write_byte } => {
+                // The knob is the NIC's, not the switch's: set it here.
+                let Some(knob) = self.sabotage.get(*nic) else {
+                    return Err(format!("no nic:{nic}: there are {} NICs", self.nics));
+                };
+                knob.set(*write_byte);
+                log::warn!("control: nic:{nic} sabotage write-byte {write_byte:?} (TEST ONLY)");
+                return Ok(vec![match write_byte {
+                    Some(o) => format!(
+                        "nic:{nic} sabotage: flipping byte {o} of every RDMA WRITE it places ({} corrupted so far)",
+                        knob.hits()
+                    ),
+                    None => format!("nic:{nic} sabotage off ({} bytes corrupted)", knob.hits()),
+                }]);
+            }
             Command::Stats | Command::Help => &[],
         };
         for port in ports {
@@ -133,9 +152,15 @@ impl control::Apply for HubControl {
 pub struct EnginePort {
     port: PortId,
     tx: SyncSender<Event>,
+    sabotage: Arc<WriteSabotage>,
 }
 
 impl EnginePort {
+    /// The NIC's test-only WRITE corruption knob, which the control socket sets.
+    pub fn write_sabotage(&self) -> Arc<WriteSabotage> {
+        Arc::clone(&self.sabotage)
+    }
+
     /// Hands a frame to the switch (blocks while the switch queue is full).
     pub fn send(&self, frame: Vec<u8>) {
         if self.tx.send(Event::Frame(self.port, frame)).is_err() {
@@ -184,16 +209,19 @@ impl Hub {
         let (tx, rx) = sync_channel(SWITCH_QUEUE);
         let next_port = Arc::new(AtomicUsize::new(nics.len()));
         let live = Arc::new(AtomicUsize::new(0));
+        let sabotage: Vec<Arc<WriteSabotage>> = nics.iter().map(|_| Arc::default()).collect();
         let engine_ports = (0..nics.len())
             .map(|port| EnginePort {
                 port,
                 tx: tx.clone(),
+                sabotage: Arc::clone(&sabotage[port]),
             })
             .collect();
         let control = HubControl {
             tx: tx.clone(),
             lans: lans.len(),
             nics: nics.len(),
+            sabotage,
         };
         let engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)> = nics
             .into_iter()
@@ -457,7 +485,8 @@ impl SwitchState {
                 Ok(Vec::new())
             }
             Command::Stats => Ok(self.stats_lines()),
-            Command::Help => Ok(Vec::new()),
+            // Applied by `HubControl` itself; never sent here.
+            Command::Help | Command::Sabotage { .. } => Ok(Vec::new()),
         }
     }
 
@@ -785,6 +814,41 @@ mod tests {
         assert_eq!(recv(&mut cb), f, "duplicate");
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// `sabotage nic:N ...` reaches exactly NIC N's knob (the one its engine gets through
+    /// its `EnginePort`), is off until asked, and refuses a NIC that does not exist.
+    #[test]
+    fn control_arms_and_disarms_one_nics_write_sabotage() {
+        use super::super::control::{handle_line, Apply, Command};
+        let nics = (0..2)
+            .map(|i| NicAttachment {
+                mac: [0x52, 0x54, 0, 0, 1, i],
+                inbound: sync_channel(4).0,
+            })
+            .collect();
+        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        let knobs: Vec<_> = hub
+            .engine_ports
+            .iter()
+            .map(|p| p.write_sabotage())
+            .collect();
+        assert!(knobs.iter().all(|k| k.offset().is_none()), "off by default");
+        let reply = handle_line(b"sabotage nic:1 write-byte=4097", &hub.control).unwrap();
+        assert!(reply.unwrap()[0].contains("flipping byte 4097"));
+        assert_eq!((knobs[0].offset(), knobs[1].offset()), (None, Some(4097)));
+        let t = std::time::Duration::from_secs(5);
+        let off = Command::Sabotage {
+            nic: 1,
+            write_byte: None,
+        };
+        assert!(hub.control.apply(off, t).is_ok());
+        assert_eq!(knobs[1].offset(), None);
+        let none = Command::Sabotage {
+            nic: 2,
+            write_byte: Some(1),
+        };
+        assert!(hub.control.apply(none, t).unwrap_err().contains("no nic:2"));
     }
 
     #[test]

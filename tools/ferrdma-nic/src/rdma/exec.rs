@@ -15,6 +15,7 @@ use crate::dma::GuestMemory;
 use super::cq::CqeData;
 use super::mr::{AccessFault, Need, Seg};
 use super::qp::Qp;
+use super::seglist::SegList;
 use super::wqe::{self, Sge, SqWqe, WqeError};
 use super::{grh, Engine, Env};
 
@@ -814,6 +815,15 @@ impl Engine {
             Err(CopyFault::Dst) => {
                 self.remote_access_violation(env, dest);
                 return Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR);
+            }
+        }
+        if let Some(off) = self.sabotage.target(w.len) {
+            // The host's test-only corruption knob: flip one placed byte.
+            let placed = SegList::new(segs);
+            let mut b = [0u8];
+            if placed.read_at(env.mem, off, &mut b).is_ok() {
+                b[0] ^= super::sabotage::FLIP;
+                let _ = placed.write_at(env.mem, off, &b);
             }
         }
         self.stats.rx_packets += 1;

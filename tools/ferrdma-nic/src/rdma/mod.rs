@@ -19,6 +19,7 @@ pub mod qp;
 mod requester;
 mod responder;
 pub mod ring;
+pub mod sabotage;
 pub mod seglist;
 pub mod transport;
 pub mod wqe;
@@ -96,6 +97,8 @@ pub struct Engine {
     /// `--hostile-caps`: the QUERY_CAPS replies (test only; `None`: the real limits). Kept
     /// across engine resets.
     caps_plan: Option<Arc<caps::CapsPlan>>,
+    /// The host's test-only WRITE corruption knob (`sabotage.rs`); off unless armed.
+    sabotage: Arc<sabotage::WriteSabotage>,
 }
 
 impl Default for Engine {
@@ -129,7 +132,18 @@ impl Engine {
             outbox: VecDeque::new(),
             ip_id: 0,
             caps_plan: None,
+            sabotage: Arc::default(),
         }
+    }
+
+    /// Returns the engine to its reset state but keeps the host's test knobs
+    /// (`--hostile-caps`, the WRITE sabotage): they are not guest state.
+    pub fn reset_keeping_host_knobs(&mut self) {
+        let plan = self.caps_plan.take();
+        let sabotage = std::mem::take(&mut self.sabotage);
+        *self = Self::new();
+        self.caps_plan = plan;
+        self.sabotage = sabotage;
     }
 
     /// Answers QUERY_CAPS from `plan` from now on (`--hostile-caps`, test only).
@@ -140,6 +154,16 @@ impl Engine {
     /// The QUERY_CAPS plan (kept across resets).
     pub fn caps_plan(&self) -> Option<Arc<caps::CapsPlan>> {
         self.caps_plan.clone()
+    }
+
+    /// Shares the host's WRITE corruption knob with this engine (test-only, `sabotage.rs`).
+    pub fn set_write_sabotage(&mut self, knob: Arc<sabotage::WriteSabotage>) {
+        self.sabotage = knob;
+    }
+
+    /// The engine's WRITE corruption knob.
+    pub fn write_sabotage(&self) -> Arc<sabotage::WriteSabotage> {
+        Arc::clone(&self.sabotage)
     }
 
     /// The MR table (for tests and diagnostics).
@@ -172,9 +196,7 @@ impl Engine {
             REG_DEV_CTRL => {
                 if value == DEV_CTRL_RESET {
                     log::info!("RDMA engine reset");
-                    let plan = self.caps_plan.take();
-                    *self = Self::new();
-                    self.caps_plan = plan;
+                    self.reset_keeping_host_knobs();
                 }
             }
             REG_EQ_DOORBELL => {

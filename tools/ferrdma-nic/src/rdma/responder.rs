@@ -406,9 +406,11 @@ impl Engine {
         if end > ctx.total || (last && end != ctx.total) {
             return self.invalid_request(env, qpn);
         }
+        // Unchanged unless the host armed its test-only corruption knob.
+        let placed = self.sabotage.corrupt_chunk(ctx.off, payload);
         if ctx
             .segs
-            .write_at(&self.mrs, env.mem, ctx.off, payload)
+            .write_at(&self.mrs, env.mem, ctx.off, &placed)
             .is_err()
         {
             self.stats.dma_faults += 1;

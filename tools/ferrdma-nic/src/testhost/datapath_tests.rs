@@ -366,3 +366,88 @@ fn ud_loopback_with_grh_and_qkey() {
     // RDMA WRITE on a UD QP is a local QP operation error.
     let _ = &mut b;
 }
+
+/// The host's test-only WRITE corruption knob (`rdma/sabotage.rs`) on the loopback path:
+/// armed, a WRITE gathered from 3 SGEs lands with exactly the armed byte flipped (inline
+/// too); a SEND is untouched; the knob belongs to the host and survives a device reset.
+#[test]
+fn sabotage_knob_flips_one_byte_of_a_loopback_write() {
+    use crate::rdma::sabotage::FLIP;
+    let mut r = Rig::rc();
+    let knob = r.h.dev().engine().write_sabotage();
+    let data = pattern(0x3000, 5);
+    r.h.buf_write(&r.buf_a, 0, &data);
+    knob.set(Some(0x155));
+    let write = |r: &mut Rig, at: u64| {
+        let sges = vec![
+            r.buf_a.sg(0, 0x100),
+            r.buf_a.sg(0x200, 0x200),
+            r.buf_a.sg(0x800, 0x300),
+        ];
+        r.h.send(
+            &mut r.a,
+            &Wr {
+                opcode: sq_op::RDMA_WRITE,
+                signaled: true,
+                sges,
+                hdr_low: r.buf_b.stag,
+                qw2: r.buf_b.va + at,
+                ..Default::default()
+            },
+        );
+        let c = r.h.poll_cq(&mut r.cq_a);
+        assert_eq!((c[0].op(), c[0].error()), (sq_op::RDMA_WRITE, None));
+    };
+    write(&mut r, 0x101);
+    let mut want = data[..0x100].to_vec();
+    want.extend_from_slice(&data[0x200..0x400]);
+    want.extend_from_slice(&data[0x800..0xb00]);
+    let got = r.h.buf_read(&r.buf_b, 0x101, want.len());
+    let diff: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+    assert_eq!(diff, vec![0x155]);
+    assert_eq!(got[0x155], want[0x155] ^ FLIP);
+    // Inline: 13 bytes, armed at 5.
+    knob.set(Some(5));
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::RDMA_WRITE,
+            inline: Some(b"inline write!".to_vec()),
+            hdr_low: r.buf_b.stag,
+            qw2: r.buf_b.va + 0x6000,
+            ..Default::default()
+        },
+    );
+    let mut want = b"inline write!".to_vec();
+    want[5] ^= FLIP;
+    assert_eq!(r.h.buf_read(&r.buf_b, 0x6000, 13), want);
+    // A SEND is not a WRITE.
+    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0x8000, 0x100)]);
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 0x100)],
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
+    assert_eq!(r.h.poll_cq(&mut r.cq_a).len(), 1);
+    assert_eq!(r.h.buf_read(&r.buf_b, 0x8000, 0x100), data[..0x100]);
+    assert_eq!(knob.hits(), 2);
+    // Off: intact again.
+    knob.set(None);
+    write(&mut r, 0x4001);
+    let mut want = data[..0x100].to_vec();
+    want.extend_from_slice(&data[0x200..0x400]);
+    want.extend_from_slice(&data[0x800..0xb00]);
+    assert_eq!(r.h.buf_read(&r.buf_b, 0x4001, want.len()), want);
+    // Neither the guest's engine reset (the driver writes DEV_CTRL_RESET when it probes)
+    // nor a device reset replaces the host's knob.
+    r.h.set_reg(REG_DEV_CTRL, DEV_CTRL_RESET);
+    let same = |r: &Rig| std::sync::Arc::ptr_eq(&knob, &r.h.dev().engine().write_sabotage());
+    assert!(same(&r), "the engine reset dropped the knob");
+    r.h.dev().reset();
+    assert!(same(&r), "the device reset dropped the knob");
+}

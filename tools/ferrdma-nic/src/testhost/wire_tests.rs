@@ -387,6 +387,12 @@ const ALL_OPS: [Op; 5] = [Op::Send, Op::SendImm, Op::Write, Op::WriteImm, Op::Re
 /// Runs one `op` of `len` bytes from A to B (READ: A reads B's memory) and checks the data
 /// and both sides' completions.
 fn transfer(net: &mut Net, op: Op, len: u64, seed: u8) {
+    let (data, got) = transfer_data(net, op, len, seed);
+    assert!(got == data, "{op:?} of {len} bytes: data differs");
+}
+
+/// [`transfer`] with the completions checked; returns the data sent and the data placed.
+fn transfer_data(net: &mut Net, op: Op, len: u64, seed: u8) -> (Vec<u8>, Vec<u8>) {
     let l32 = len as u32;
     // Data: for READ it starts in B's src, else in A's src; it lands in the other's dst.
     let data = pattern(len as usize, seed);
@@ -461,7 +467,7 @@ fn transfer(net: &mut Net, op: Op, len: u64, seed: u8) {
         (&net.b, net.b.dst)
     };
     let got = to_nic.h.read(dst.gpa, len as usize);
-    assert!(got == data, "{op:?} of {len} bytes: data differs");
+    (data, got)
 }
 
 #[test]
@@ -2225,4 +2231,45 @@ fn control_link_down_and_up_on_a_running_hub() {
     drop(engines);
     drop(hub);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The host's test-only WRITE corruption knob (`rdma/sabotage.rs`) on the responder of the
+/// wire path: off, every operation is intact; armed at offset 2100, exactly that byte of each
+/// WRITE (with or without immediate; in the third 1024-byte packet) is flipped, SEND and
+/// READ stay intact, and a WRITE too short to hold the byte too; disarmed, all is well again.
+#[test]
+fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
+    use crate::rdma::sabotage::FLIP;
+    let p = Path {
+        mtu: 3,
+        ..Path::default()
+    };
+    let mut net = Net::new(64 << 10, p);
+    let knob = net.b.h.dev().engine().write_sabotage();
+    for op in ALL_OPS {
+        transfer(&mut net, op, 5000, 1);
+    }
+    assert_eq!(knob.hits(), 0, "off by default");
+    knob.set(Some(2100));
+    for (i, op) in [Op::Write, Op::WriteImm].into_iter().enumerate() {
+        let (data, got) = transfer_data(&mut net, op, 5000, 10 + i as u8);
+        let diff: Vec<usize> = (0..data.len()).filter(|&j| got[j] != data[j]).collect();
+        assert_eq!(diff, vec![2100], "{op:?}");
+        assert_eq!(got[2100], data[2100] ^ FLIP);
+    }
+    assert_eq!(knob.hits(), 2);
+    transfer(&mut net, Op::Send, 5000, 20);
+    transfer(&mut net, Op::SendImm, 5000, 21);
+    transfer(&mut net, Op::Read, 5000, 22);
+    transfer(&mut net, Op::Write, 2100, 23);
+    assert_eq!(
+        knob.hits(),
+        2,
+        "only WRITEs that hold byte 2100 are touched"
+    );
+    knob.set(None);
+    for op in ALL_OPS {
+        transfer(&mut net, op, 5000, 30);
+    }
+    assert_eq!(knob.hits(), 2);
 }

@@ -22,7 +22,8 @@ fi
 cache=${FERRDMA_CACHE:-/ferrdma/cache}
 CC=${CC:-cc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread"
-programs=(solicited-events event-stress async-events destroy-race error-events uverbs-fuzz qkey-spoof)
+programs=(solicited-events event-stress async-events destroy-race error-events uverbs-fuzz qkey-spoof
+	verbs-datacheck)
 
 cd "$here"
 key=$({ sha256sum ./*.c ./*.h build.sh; "$CC" --version | head -1; echo "$CFLAGS"; } |

@@ -1,0 +1,121 @@
+//! A test-only fault in the NIC's own data path: while armed, the responder flips one bit
+//! of one byte of every RDMA WRITE (with or without immediate) it places in guest memory.
+//!
+//! It exists to prove that the data-checking tests catch corruption (a test that cannot fail
+//! is a defect): with the knob on they must fail and name the offset. It is off by default
+//! and only the host can turn it on, through the fabric's control socket (`sabotage nic:N
+//! write-byte=OFFSET`, see `fabric/control.rs`); nothing a guest writes to the device
+//! reaches it. The knob survives a device reset (it belongs to the host, not to the guest's
+//! device state).
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a sabotaged byte is XORed with: the lowest bit, the subtlest change (not the
+/// inverse, which a checker might take for an unwritten poisoned byte).
+pub const FLIP: u8 = 0x01;
+
+const OFF: u64 = u64::MAX;
+
+/// The knob of one NIC, shared by the control socket's thread and the NIC's engine.
+#[derive(Debug)]
+pub struct WriteSabotage {
+    /// The message offset to corrupt, or `OFF`.
+    offset: AtomicU64,
+    /// Bytes corrupted so far.
+    hits: AtomicU64,
+}
+
+impl Default for WriteSabotage {
+    fn default() -> Self {
+        Self {
+            offset: AtomicU64::new(OFF),
+            hits: AtomicU64::new(0),
+        }
+    }
+}
+
+impl WriteSabotage {
+    /// Arms the knob for message offset `offset` (every WRITE longer than `offset` bytes
+    /// gets the byte there flipped), or disarms it with `None`.
+    pub fn set(&self, offset: Option<u64>) {
+        // u64::MAX itself cannot be armed: no message is that long anyway.
+        self.offset.store(offset.unwrap_or(OFF), Ordering::Relaxed);
+    }
+
+    /// The armed offset, if any.
+    pub fn offset(&self) -> Option<u64> {
+        match self.offset.load(Ordering::Relaxed) {
+            OFF => None,
+            o => Some(o),
+        }
+    }
+
+    /// Bytes corrupted since the process started.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The message offset to corrupt in a WRITE of `len` bytes, if any; counts the hit.
+    pub fn target(&self, len: u64) -> Option<u64> {
+        let off = self.offset()?;
+        if off >= len {
+            return None;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        log::warn!("sabotage: corrupting byte {off} of a {len}-byte RDMA WRITE");
+        Some(off)
+    }
+
+    /// The payload of one packet of a WRITE, `data` placed at message offset `msg_off`: a
+    /// corrupted copy if the armed offset falls inside it, else `data` itself.
+    pub fn corrupt_chunk<'a>(&self, msg_off: u64, data: &'a [u8]) -> Cow<'a, [u8]> {
+        let Some(off) = self.offset() else {
+            return Cow::Borrowed(data);
+        };
+        let Some(at) = off
+            .checked_sub(msg_off)
+            .and_then(|d| usize::try_from(d).ok())
+            .filter(|&d| d < data.len())
+        else {
+            return Cow::Borrowed(data);
+        };
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        log::warn!("sabotage: corrupting byte {off} of an RDMA WRITE (packet at {msg_off})");
+        let mut v = data.to_vec();
+        v[at] ^= FLIP;
+        Cow::Owned(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_by_default_and_leaves_data_alone() {
+        let s = WriteSabotage::default();
+        assert_eq!(s.offset(), None);
+        assert_eq!(s.target(100), None);
+        assert!(matches!(s.corrupt_chunk(0, &[1, 2, 3]), Cow::Borrowed(_)));
+        assert_eq!(s.hits(), 0);
+    }
+
+    #[test]
+    fn flips_exactly_the_armed_byte_of_the_packet_that_holds_it() {
+        let s = WriteSabotage::default();
+        s.set(Some(1030));
+        let data = [0xaau8; 1024];
+        // Packet 0 ([0, 1024)) does not hold byte 1030; packet 1 ([1024, 2048)) does.
+        assert!(matches!(s.corrupt_chunk(0, &data), Cow::Borrowed(_)));
+        let got = s.corrupt_chunk(1024, &data);
+        let diff: Vec<usize> = (0..data.len()).filter(|&i| got[i] != data[i]).collect();
+        assert_eq!(diff, vec![6]);
+        assert_eq!(got[6], 0xaa ^ FLIP);
+        assert_eq!(s.target(1030), None, "a 1030-byte message has no byte 1030");
+        assert_eq!(s.target(1031), Some(1030));
+        assert_eq!(s.hits(), 2);
+        s.set(None);
+        assert!(matches!(s.corrupt_chunk(1024, &data), Cow::Borrowed(_)));
+    }
+}
