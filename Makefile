@@ -16,7 +16,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel nic progs kmod run bench fuzz-uverbs fuzz-nic check check-nic check-vm check-baseline fmt clean-cache
+.PHONY: all help sysroot kernel kernel-kasan nic progs kmod run bench fuzz-uverbs fuzz-nic check check-nic check-vm check-baseline fmt clean-cache
 
 all: kernel nic
 
@@ -28,6 +28,12 @@ sysroot:
 
 kernel:
 	@scripts/kernel.sh
+
+# The KASAN lane's kernel (kernel/configs/kasan.config on top), for tests with kasan=yes.
+kernel-kasan:
+	@scripts/kernel.sh kasan
+	@scripts/in-sysroot.sh bash -c 'FERRDMA_KBUILD=/ferrdma/cache/kernel/build-kasan \
+		/ferrdma/src/tools/testing/ferrdma/kmod/build.sh >/dev/null'
 
 nic:
 	@scripts/nic.sh
@@ -71,7 +77,7 @@ check:
 check-nic:
 	@cd tools/ferrdma-nic && cargo test
 
-check-vm: kernel nic progs kmod
+check-vm: kernel kernel-kasan nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
 
 # The same tests on soft RoCE (rxe), the baseline ferrdma is compared with (not in check).

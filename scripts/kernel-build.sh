@@ -2,6 +2,8 @@
 # Runs inside the sysroot (see scripts/kernel.sh): prepares the overlaid source tree and builds.
 set -euo pipefail
 deb=$1
+# A variant (e.g. "kasan") builds in build-VARIANT with kernel/configs/VARIANT.config on top.
+variant=${2:-}
 src=/ferrdma/src
 cache=/ferrdma/cache/kernel
 . "$src/scripts/lib.sh"
@@ -52,14 +54,16 @@ for d in drivers rust include kernel samples; do
 done
 
 # 3. Configure: allnoconfig + kvm_guest + our fragment; redone only when the fragment changes.
-build="$cache/build"
+build="$cache/build${variant:+-$variant}"
+fragments=(ferrdma.config ${variant:+"$variant.config"})
+[ -z "$variant" ] || [ -f "$src/kernel/configs/$variant.config" ] || die "no kernel/configs/$variant.config"
 mkdir -p "$build"
 mk=(make -C "$tree" O="$build" ARCH=x86_64 LLVM=-19 -j"$(nproc)")
-ckey=$(cat "$src/kernel/configs/ferrdma.config" | sha256sum | cut -c1-16)
+ckey=$( (cd "$src/kernel/configs" && cat "${fragments[@]}") | sha256sum | cut -c1-16)
 if [ "$(cat "$build/.ferrdma-config-key" 2>/dev/null)" != "$ckey" ] || [ ! -f "$build/.config" ]; then
-	log "kernel: configuring (allnoconfig + kvm_guest.config + ferrdma.config)"
+	log "kernel: configuring $build (allnoconfig + kvm_guest.config + ${fragments[*]})"
 	"${mk[@]}" -s allnoconfig >/dev/null
-	"${mk[@]}" -s kvm_guest.config ferrdma.config >/dev/null
+	"${mk[@]}" -s kvm_guest.config "${fragments[@]}" >/dev/null
 	# Every option of our fragment must have survived Kconfig's dependency resolution.
 	bad=0
 	while IFS= read -r line; do
@@ -73,7 +77,7 @@ if [ "$(cat "$build/.ferrdma-config-key" 2>/dev/null)" != "$ckey" ] || [ ! -f "$
 		"# CONFIG_"*" is not set") sym=${line#\# }; sym=${sym%% *}
 			grep -qx "$sym=[ym]" "$build/.config" && { echo "kernel config: $sym should be off" >&2; bad=1; } ;;
 		esac
-	done < "$src/kernel/configs/ferrdma.config"
+	done < <(cd "$src/kernel/configs" && cat "${fragments[@]}")
 	[ "$bad" = 0 ] || die "kernel config fragment did not apply (see above); is Rust available? try: make -C $tree O=$build LLVM=-19 rustavailable"
 	echo "$ckey" > "$build/.ferrdma-config-key"
 fi

@@ -3,6 +3,8 @@
 # the sysroot. Incremental: a change to a driver file rebuilds only what depends on it.
 #
 # Output: $FERRDMA_CACHE/kernel/build/arch/x86/boot/bzImage and .../drivers/infiniband/hw/ferrdma/ferrdma.ko
+# With an argument VARIANT (kasan): the same in kernel/build-VARIANT, configured with
+# kernel/configs/VARIANT.config on top of ferrdma.config.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -37,4 +39,4 @@ if [ ! -f "$deb" ]; then
 	for f in "$debdir"/${pkg}_*_all.deb; do [ "$f" = "$deb" ] || mv "$f" "$deb"; done
 fi
 
-exec "$here/in-sysroot.sh" /ferrdma/src/scripts/kernel-build.sh "/ferrdma/cache/debs/$(basename "$deb")"
+exec "$here/in-sysroot.sh" /ferrdma/src/scripts/kernel-build.sh "/ferrdma/cache/debs/$(basename "$deb")" ${1:+"$1"}

@@ -232,6 +232,44 @@ class RetryTest(unittest.TestCase):
         self.assertEqual(vmharness.retries(out), ["part-1: a named cause"])
 
 
+PERFTEST_LAT_INF = """\
+Correlation coefficient r^2: 0.876284 < 0.9
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]
+ 2       100          inf            inf          inf      	       inf
+"""
+
+
+class PerftestOutcomeTest(unittest.TestCase):
+    """guest/lib.sh's perftest_outcome: which perftest failures perftest_pair may repeat."""
+
+    def outcome_of(self, status, log):
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+            f.write(log)
+            f.flush()
+            return subprocess.run(
+                ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; perftest_outcome "$2" "$3"',
+                 "-", here, str(status), f.name],
+                capture_output=True, text=True, check=True).stdout.strip()
+
+    def test_a_failed_calibration_is_the_clock_whatever_the_status(self):
+        self.assertEqual(self.outcome_of(0, PERFTEST_LAT_INF), "clock")
+        self.assertEqual(self.outcome_of(1, "Correlation coefficient r^2: 0.83 < 0.9\n"
+                                          "Can't produce a report\n"), "clock")
+
+    def test_a_side_that_lost_its_peer(self):
+        self.assertEqual(self.outcome_of(1, "ethernet_read_keys: Couldn't read remote address\n"
+                                          " Unable to read to socket/rdma_cm\n"
+                                          "Failed to exchange data between server and clients\n"),
+                         "peer")
+
+    def test_ok_and_fail(self):
+        self.assertEqual(self.outcome_of(0, " 2 100 1.0 2.0\n"), "ok")
+        self.assertEqual(self.outcome_of(1, "Couldn't create QP\n"), "fail")
+        # A good fit is no clock failure.
+        self.assertEqual(self.outcome_of(1, "Correlation coefficient r^2: 0.95\n"), "fail")
+
+
 KMEMLEAK_REPORT = """\
 unreferenced object 0xffff888004a1c000 (size 64):
   comm "swapper/0", pid 1, jiffies 4294892296
@@ -274,14 +312,29 @@ unreferenced object 0xffff888004a1f000 (size 256):
 class KmemleakFilterTest(unittest.TestCase):
     """guest/lib.sh's kmemleak_rdma: the suspects the after-script check fails a test on."""
 
-    def _filter(self, report):
+    def _filter(self, report, call='kmemleak_rdma "$2"'):
         here = os.path.dirname(os.path.abspath(__file__))
         with tempfile.NamedTemporaryFile("w", suffix=".kmemleak") as f:
             f.write(report)
             f.flush()
             return subprocess.run(
-                ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; kmemleak_rdma "$2"',
+                ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; ' + call,
                  "-", here, f.name], capture_output=True, text=True, check=True).stdout
+
+    def test_since_keeps_the_suspects_allocated_since_the_clear(self):
+        # kmemleak_check's baseline: kmemleak_clear records the jiffies, older suspects are not
+        # the test's (this replaced two scans at the start of every test).
+        out = self._filter(KMEMLEAK_REPORT, 'kmemleak_since 4294896000 "$2"')
+        objs = re.findall(r"^unreferenced object (0x[0-9a-f]+)", out, re.M)
+        self.assertEqual(objs, ["0xff11000005d3b060", "0xffff888004a1e000", "0xffff888004a1f000"])
+        self.assertIn("ib_uverbs_create_qp+0x1/0x2", out)
+        self.assertEqual(self._filter(KMEMLEAK_REPORT, 'kmemleak_since 0 "$2"'), KMEMLEAK_REPORT)
+
+    def test_uptime_in_hundredths(self):
+        out = self._filter("", 'uptime_cs')
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        self.assertLessEqual(abs(int(out) - up * 100), 500)
 
     def test_ours_and_ib_core_only(self):
         out = self._filter(KMEMLEAK_REPORT)

@@ -61,12 +61,13 @@ cm_ipv6_up() {
 	hex=$(cm_gid6_hex "$FERRDMA_NODE")
 	# One grep over the whole table (rxe has 1024 entries: a cat per entry takes minutes
 	# under TCG).
-	for ((i = 0; i < 150; i++)); do
+	local end=$((SECONDS + 30))
+	while :; do
 		while read -r f; do
 			[ "$(cat "$d/gid_attrs/types/${f##*/}" 2>/dev/null)" = "RoCE v2" ] && found=${f##*/}
 		done < <(grep -lx "$hex" "$d"/gids/* 2>/dev/null)
-		[ -n "$found" ] && break
-		sleep 0.2
+		[ -n "$found" ] || [ "$SECONDS" -ge "$end" ] && break
+		nap 0.2
 	done
 	[ -n "$found" ] || { ip -6 addr show eth0 >&2; fail "$EVENTS_DEV has no RoCE v2 GID for $(cm_ip6 "$FERRDMA_NODE") after 30s"; }
 	note "$EVENTS_DEV: RoCE v2 GID $found is $hex"
@@ -108,7 +109,7 @@ cm_expect_res_unchanged() {
 		cmid=$(rdma res show cm_id)
 		[ "$res" = "$CM_RES_BEFORE" ] && [ "$cmid" = "$CM_CMID_BEFORE" ] && return 0
 		[ "$SECONDS" -lt "$end" ] || break
-		sleep 0.2
+		nap 0.2
 	done
 	echo "cm_ids now: $cmid" >&2
 	rdma res show qp >&2 || true
@@ -143,7 +144,7 @@ cm_wait_listener() {
 			cat "$log" >&2
 			fail "server exited before listening on port $port"
 		fi
-		sleep 0.2
+		nap 0.2
 	done
 	note "no listener on port $port in rdma res after 20s; going on (the client retries)"
 }
@@ -226,7 +227,7 @@ cm_pair() {
 		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
 			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
 			cm_client_node && retrying "$name" "perftest's TSC calibration failed" \
-				"(client: $co, server: $so: Can't produce a report, Correlation coefficient r^2 too low)"
+				"(client: $co, server: $so: Correlation coefficient r^2 below 0.9)"
 			cm_expect_res_unchanged "$name (failed try)"
 			continue
 		fi
@@ -358,7 +359,7 @@ cm_wait_exit() {
 	local pid=$1 end=$((SECONDS + $2)) rc=0
 	while kill -0 "$pid" 2>/dev/null; do
 		[ "$SECONDS" -lt "$end" ] || return 124
-		sleep 0.2
+		nap 0.2
 	done
 	wait "$pid" || rc=$?
 	return "$rc"
@@ -376,8 +377,7 @@ cm_kill() {
 # outcomes, and at least one rping must have ended on its own.
 cm_link_down_verdict() {
 	local words
-	words=$(python3 "$FERRDMA_HARNESS/guest/barrier.py" "$1-outcome" 120 --say "$2") ||
-		fail "barrier $1-outcome failed"
+	words=$(barrier_call "$1-outcome" 120 "$2") || fail "barrier $1-outcome failed"
 	note "$1: outcomes: $(tr '\n' ' ' <<<"$words")"
 	grep -q ' ended$' <<<"$words" && return 0
 	if [ "${CM_LINK_LOSS_HANGS:-0}" = 1 ]; then
@@ -390,11 +390,11 @@ cm_link_down_verdict() {
 # cm_wait_lines LOG N REGEX SECONDS PID: waits until LOG has N lines matching REGEX (the
 # transfer is under way); fails if that takes longer than SECONDS or PID ends first.
 cm_wait_lines() {
-	local log=$1 n=$2 re=$3 secs=$4 pid=$5 i
-	for ((i = 0; i < secs * 5; i++)); do
+	local log=$1 n=$2 re=$3 end=$((SECONDS + $4)) pid=$5
+	while [ "$SECONDS" -lt "$end" ]; do
 		[ "$(grep -cE -- "$re" "$log" 2>/dev/null || true)" -ge "$n" ] && return 0
 		kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "$log: the tool ended before $n lines of '$re'"; }
-		sleep 0.2
+		nap 0.2
 	done
 	cat "$log" >&2
 	fail "$log: fewer than $n lines of '$re' after ${secs}s"

@@ -24,15 +24,16 @@ RXE_MODULES=(net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniban
 # v2 GID of this VM's IPv4 address (ib_core adds it some time after the device appears;
 # lib.sh's roce_v2_gid_index finds it); sets EVENTS_GID_INDEX to its index.
 wait_rocev2_gid() {
-	local dev=$1 secs=${2:-30} i idx
-	for ((i = 0; i < secs * 5; i++)); do
+	local dev=$1 end=$((SECONDS + ${2:-30})) idx
+	while :; do
 		idx=$(roce_v2_gid_index "$dev")
 		if [ -n "$idx" ]; then
 			EVENTS_GID_INDEX=$idx
 			note "$dev: RoCE v2 GID $idx is $(cat "/sys/class/infiniband/$dev/ports/1/gids/$idx")"
 			return 0
 		fi
-		sleep 0.2
+		[ "$SECONDS" -lt "$end" ] || break
+		nap 0.2
 	done
 	ip addr show eth0 >&2 || true
 	rdma link show >&2 || true

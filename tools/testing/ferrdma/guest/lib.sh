@@ -76,16 +76,17 @@ probe_lines() {
 	dmesg | grep -E "$FERRDMA_PROBE_RE" || true
 }
 
-# wait_probe COUNT [SECONDS]: waits (default 20 s) until the log holds COUNT probe summary lines;
+# wait_probe COUNT [SECONDS]: waits (default 30 s) until the log holds COUNT probe summary lines;
 # prints the last one. On timeout, shows the driver's messages and fails.
 wait_probe() {
-	local want=$1 secs=${2:-20} i
-	for ((i = 0; i < secs * 5; i++)); do
+	local want=$1 end=$((SECONDS + ${2:-30}))
+	while :; do
 		if [ "$(probe_lines | wc -l)" -ge "$want" ]; then
 			probe_lines | tail -1
 			return 0
 		fi
-		sleep 0.2
+		[ "$SECONDS" -lt "$end" ] || break
+		nap 0.2
 	done
 	echo "--- ferrdma lines in dmesg:" >&2
 	dmesg | grep -i ferrdma | tail -20 >&2 || true
@@ -105,36 +106,119 @@ ping_peer() {
 	done
 }
 
+# nap SECONDS: sleep(1) without an exec (each costs ~0.15 s of TCG time; a polling loop spent
+# most of its time starting sleep): a read that times out on a FIFO no one writes to.
+nap() {
+	if [ -z "${FERRDMA_NAP_FD:-}" ] || [ "${FERRDMA_NAP_PID:-}" != "$BASHPID" ]; then
+		local f=/tmp/ferrdma-nap.$BASHPID
+		if ! { mkfifo "$f" && exec {FERRDMA_NAP_FD}<> "$f"; }; then
+			rm -f "$f"
+			sleep "$1"
+			return 0
+		fi
+		rm -f "$f"
+		FERRDMA_NAP_PID=$BASHPID
+	fi
+	read -rt "$1" -u "$FERRDMA_NAP_FD" _ || true
+}
+
 # barrier NAME [SECONDS]: waits until every VM of the run has reached barrier NAME (over TCP on
 # the LAN; node 1 coordinates). Use it before a VM may power off while a peer still needs it.
 barrier() {
-	python3 "$FERRDMA_HARNESS/guest/barrier.py" "$@" || fail "barrier $1 failed"
+	barrier_call "$1" "${2:-120}" "" > /dev/null || fail "barrier $1 failed"
 }
 
 # barrier_word NAME NODE WORD [SECONDS]: a barrier (default 180 s) at which every VM brings
 # WORD (no spaces; barrier.py --say); prints the word node NODE brought. Lets the VMs agree on
 # an outcome each saw only in part.
 barrier_word() {
-	local out
-	out=$(python3 "$FERRDMA_HARNESS/guest/barrier.py" "$1" "${4:-180}" --say "$3") ||
-		fail "barrier $1 failed"
-	awk -v n="$2" '$1 == n { print $2 }' <<< "$out"
+	local out n w
+	out=$(barrier_call "$1" "${4:-180}" "$3") || fail "barrier $1 failed"
+	while read -r n w; do
+		[ "$n" != "$2" ] || echo "$w"
+	done <<< "$out"
 }
 
-# kmemleak, shared by the tests that check for leaks. kmemleak only reports objects older than
-# 5 seconds and can miss a stale pointer on one scan, so checks scan twice; a few objects the
-# boot path leaves unreferenced (backtrace through start_kernel or kernel_init and no ferrdma
-# frame) are listed but not held against the test. A scan that finds suspects logs "kmemleak:
-# N new suspected memory leaks", which the harness counts as a splat; as the test judges the
-# findings itself, scans are bracketed with the kmemleak-only expected-splat markers.
+# barrier_call NAME SECONDS WORD: one barrier; prints "N WORD" for every node's word (none if
+# WORD is empty). With two VMs it asks this VM's barrier daemon (guest/init started
+# barrier.py --daemon) through bash's /dev/tcp, as a Python start per barrier costs 1-2 s of
+# TCG time on each node.
+barrier_call() {
+	local fd line rc=1
+	if [ "$FERRDMA_NVMS" = 1 ]; then
+		[ -z "$3" ] || echo "1 $3"
+		return 0
+	fi
+	exec {fd}<> /dev/tcp/127.0.0.1/7701 || { echo "barrier $1: no barrier daemon" >&2; return 1; }
+	printf '%s %s %s\n' "$1" "$2" "$3" >&"$fd"
+	while read -r -t $(($2 + 30)) line <&"$fd"; do
+		case $line in
+		ok) rc=0; break ;;
+		fail*) echo "barrier: $line (barrier.py logs to the console)" >&2; break ;;
+		*) echo "$line" ;;
+		esac
+	done
+	exec {fd}>&-
+	return "$rc"
+}
+
+# kmemleak, shared by the tests that check for leaks. kmemleak reports an object only once it is
+# 5 seconds old and was found unreferenced, with unchanged contents, by two scans in a row (a
+# first scan after the leak: 0 suspects, the second: all of them; under TCG a scan takes 2-5 s).
+# So a check scans at once, waits until 5 s have passed since it began, and scans again. A few
+# objects the boot path leaves unreferenced (backtrace through start_kernel or kernel_init and
+# no ferrdma frame) are listed but not held against the test. A scan that finds suspects logs
+# "kmemleak: N new suspected memory leaks", which the harness counts as a splat; as the test
+# judges the findings itself, scans are bracketed with the kmemleak-only expected-splat markers.
 FERRDMA_KMEMLEAK=/sys/kernel/debug/kmemleak
 # The guest uptime of the last kmemleak_check that passed (see kmemleak_after_script).
 FERRDMA_KMEMLEAK_PASSED=/run/ferrdma-kmemleak-passed
+# The kernel's jiffies at the last kmemleak_clear: older suspects are not the test's.
+FERRDMA_KMEMLEAK_SINCE=/run/ferrdma-kmemleak-since
 
 kmemleak_scan() {
 	echo "ferrdma-test: expected splat begin kmemleak" > /dev/kmsg
 	echo scan > "$FERRDMA_KMEMLEAK"
 	echo "ferrdma-test: expected splat end" > /dev/kmsg
+}
+
+# uptime_cs: the guest's uptime in hundredths of a second (bash only: an exec costs ~0.1 s of
+# TCG time).
+uptime_cs() {
+	local up _
+	read -r up _ < /proc/uptime
+	echo $((10#${up%.*} * 100 + 10#${up#*.}))
+}
+
+# kmemleak_scan_twice: the two scans of a check (see above), with the wait between them.
+kmemleak_scan_twice() {
+	local t0 left
+	t0=$(uptime_cs)
+	kmemleak_scan
+	left=$((t0 + 510 - $(uptime_cs)))
+	[ "$left" -le 0 ] || sleep "$((left / 100)).$(printf %02d $((left % 100)))"
+	kmemleak_scan
+}
+
+# jiffies_now: the kernel's jiffies (the clock of kmemleak's "jiffies N" allocation stamps).
+jiffies_now() {
+	awk '$1 == "jiffies:" { print $2; exit }' /proc/timer_list
+}
+
+# kmemleak_since JIFFIES FILE: of the report in FILE, the suspects allocated at JIFFIES or later.
+kmemleak_since() {
+	awk -v since="$1" '
+		function flush() {
+			if (block != "" && keep)
+				printf "%s", block
+			block = ""
+			keep = 0
+		}
+		/^unreferenced object/ { flush() }
+		/^  comm ".*", pid [0-9]+, jiffies [0-9]+$/ { keep = ($NF + 0 >= since + 0) }
+		{ block = block $0 "\n" }
+		END { flush() }
+	' "$2"
 }
 
 # Prints the suspects (blank-line separated blocks) of the report in $1 that are not boot-path
@@ -175,56 +259,45 @@ kmemleak_rdma() {
 
 # kmemleak_after_script REPORT: the leak check guest/init runs after every test script, also
 # after those that never call kmemleak_check. Any expected-splat region the script left open is
-# closed first. kmemleak only reports objects older than 5 seconds, so it waits 5 s from the
-# script's end, then scans twice: this kernel reports an object only on the scan after the one
-# that first found it unreferenced (measured: a leak of 64 objects, scan 1: 0 suspects, scan
-# 2: 64; under TCG a scan takes seconds). The scans are bracketed as
-# kmemleak-only, since the verdict is this one: the suspects kmemleak_rdma picks (our driver or
-# the RDMA core, boot-path objects excluded) go to REPORT, nothing if none.
+# closed first; then kmemleak_scan_twice. The scans are bracketed as kmemleak-only, since the
+# verdict is this one: the suspects kmemleak_rdma picks (our driver or the RDMA core, boot-path
+# objects excluded) go to REPORT, nothing if none.
 # Most scripts end with their own kmemleak_check (stricter: any suspect not from the boot path
 # since kmemleak_clear); when one passed within the last 5 s of the script, nothing it could
-# report has happened since, and the scan is not repeated (it costs 10-25 s under TCG).
+# report has happened since, and the scans are not repeated (they cost 8-15 s under TCG).
 kmemleak_after_script() {
 	local report=$1 now passed
 	: > "$report"
 	echo "ferrdma-test: expected splat end" > /dev/kmsg
 	[ -e "$FERRDMA_KMEMLEAK" ] || return 0
-	now=$(cut -d' ' -f1 /proc/uptime)
+	now=$(uptime_cs)
 	if [ -f "$FERRDMA_KMEMLEAK_PASSED" ]; then
 		passed=$(cat "$FERRDMA_KMEMLEAK_PASSED")
-		if awk -v a="$passed" -v b="$now" 'BEGIN { exit !(b - a <= 5) }'; then
-			echo "ferrdma-init: kmemleak: the script's own kmemleak_check passed at ${passed}s, $(awk -v a="$passed" -v b="$now" 'BEGIN { printf "%.1f", b - a }')s before; not repeated"
+		if [ $((now - passed)) -le 500 ]; then
+			echo "ferrdma-init: kmemleak: the script's own kmemleak_check passed $(((now - passed) / 100)).$(printf %02d $(((now - passed) % 100)))s before; not repeated"
 			return 0
 		fi
 	fi
-	sleep 5
-	kmemleak_scan
-	kmemleak_scan
+	kmemleak_scan_twice
 	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak-after
 	kmemleak_rdma /tmp/kmemleak-after > "$report"
 }
 
-# Forgets every suspect found so far, so a later check sees only what came after.
+# kmemleak_clear: from now on, a kmemleak_check holds only newer suspects against the test (by
+# their allocation stamp; no scan needed). Suspects reported so far are forgotten.
 kmemleak_clear() {
 	[ -e "$FERRDMA_KMEMLEAK" ] || fail "$FERRDMA_KMEMLEAK is missing: the kernel needs CONFIG_DEBUG_KMEMLEAK (and debugfs)"
-	kmemleak_scan
-	sleep 1
-	kmemleak_scan
-	if [ -s "$FERRDMA_KMEMLEAK" ]; then
-		note "kmemleak: suspects before the test (ignored):"
-		head -60 "$FERRDMA_KMEMLEAK"
-	fi
 	echo clear > "$FERRDMA_KMEMLEAK"
+	jiffies_now > "$FERRDMA_KMEMLEAK_SINCE"
 }
 
-# Fails on any suspect since kmemleak_clear that is not a boot-path object; $1 names what ran.
+# Fails on any suspect allocated since kmemleak_clear (since boot without one) that is not a
+# boot-path object; $1 names what ran.
 kmemleak_check() {
-	local suspects bad
-	sleep 6
-	kmemleak_scan
-	sleep 2
-	kmemleak_scan
-	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak
+	local suspects bad since=0
+	[ ! -f "$FERRDMA_KMEMLEAK_SINCE" ] || since=$(cat "$FERRDMA_KMEMLEAK_SINCE")
+	kmemleak_scan_twice
+	kmemleak_since "$since" "$FERRDMA_KMEMLEAK" > /tmp/kmemleak
 	suspects=$(grep -c '^unreferenced object' /tmp/kmemleak || true)
 	bad=$(kmemleak_attributable /tmp/kmemleak)
 	if [ -n "$bad" ]; then
@@ -236,7 +309,7 @@ kmemleak_check() {
 		cat /tmp/kmemleak
 	fi
 	note "kmemleak: no leaks from $1"
-	cut -d' ' -f1 /proc/uptime > "$FERRDMA_KMEMLEAK_PASSED"
+	uptime_cs > "$FERRDMA_KMEMLEAK_PASSED"
 }
 
 # Fails unless ib_core tracks no user verbs object (context, PD, CQ, QP, MR) of ferrdma0.
@@ -265,13 +338,14 @@ roce_v2_gid_index() {
 	done
 }
 
-# wait_gid DEV: waits up to 10 s for DEV's RoCE v2 GID of this VM's address; prints its index.
+# wait_gid DEV: waits up to 30 s for DEV's RoCE v2 GID of this VM's address; prints its index.
 wait_gid() {
-	local i idx
-	for i in $(seq 100); do
+	local idx end=$((SECONDS + 30))
+	while :; do
 		idx=$(roce_v2_gid_index "$1")
 		[ -n "$idx" ] && { echo "$idx"; return 0; }
-		sleep 0.1
+		[ "$SECONDS" -lt "$end" ] || break
+		nap 0.1
 	done
 	fail "$1 has no RoCE v2 GID for $FERRDMA_IP"
 }
@@ -291,14 +365,19 @@ two_vms_up() {
 	barrier up 180
 }
 
-# wait_listen PORT: waits up to 20 s until something listens on TCP PORT (any address).
+# wait_listen PORT: waits up to 30 s until something listens on TCP PORT (any address).
 wait_listen() {
-	local hex i
-	hex=$(printf '%04X' "$1")
-	for i in $(seq 200); do
-		awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
-		sleep 0.1
+	local hex end=$((SECONDS + 30)) _ addr st f
+	printf -v hex '%04X' "$1"
+	while :; do
+		# bash only: this polls while the server starts, and an exec per poll slows it down.
+		for f in /proc/net/tcp /proc/net/tcp6; do
+			while read -r _ addr _ st _; do
+				[ "${addr##*:}/$st" != "$hex/0A" ] || return 0
+			done < "$f"
+		done
+		[ "$SECONDS" -lt "$end" ] || break
+		nap 0.1
 	done
 	fail "nothing listens on TCP port $1"
 }
@@ -332,20 +411,20 @@ test_progs_dir() {
 # (README.md, "The fabric's control socket"). Returns 1 on an "error:" reply (so a failed
 # request ends a `set -e` test), fails the test if the harness does not answer within 20 s.
 fabric_ctl() {
-	local dir=/run/ferrdma/fabric-ctl id i reply
+	local dir=/run/ferrdma/fabric-ctl id end=$((SECONDS + 20)) reply
 	[ -d "$dir" ] || fail "fabric_ctl: $dir is missing: this run has no fabric (FERRDMA_FABRIC=0?)"
 	id=$(date +%s%N)-$$-$RANDOM
 	printf '%s\n' "$*" > "$dir/$id.tmp"
 	mv "$dir/$id.tmp" "$dir/$id.req"
-	for ((i = 0; i < 200; i++)); do
+	while [ "$SECONDS" -le "$end" ]; do
 		if [ -f "$dir/$id.rep" ]; then
 			reply=$(cat "$dir/$id.rep")
 			rm -f "$dir/$id.rep"
 			echo "$reply"
-			[ "$(tail -n1 <<< "$reply")" = ok ]
+			[ "${reply##*$'\n'}" = ok ]
 			return
 		fi
-		sleep 0.1
+		nap 0.1
 	done
 	rm -f "$dir/$id.req"
 	fail "fabric_ctl $*: no reply from the harness within 20s"
@@ -365,27 +444,34 @@ fabric_cable() {
 # between two.
 #
 # perftest times itself with the TSC and first calibrates it against gettimeofday; on a loaded
-# TCG host the calibration's fit can come out below r^2 0.9 (the guest kernel then also marks
-# its TSC unstable), and the tool exits with "Can't produce a report" after the traffic ran.
-# That is the tool's clock, not the data path: such a run is repeated once (announced with
-# `retrying`). Any other failure fails the test.
+# TCG host the calibration's fit can come out below r^2 0.9 (seen when the guest's clocksource
+# watchdog moved it to the HPET mid-run; guests now boot with tsc=reliable), and the tool exits
+# with "Can't produce a report" after the traffic ran. Its peer then fails its next exchange
+# over TCP ("peer"). That is the tool's clock, not the data path: such a run is repeated once
+# (announced with `retrying`). Any other failure fails the test.
 PERFTEST_LOGS=/tmp/perftest
 PERFTEST_TIMEOUT=300 # seconds, for each side of a run
 PERFTEST_SERVER_LOG=
 PERFTEST_CLIENT_LOG=
 
-# perftest_clock_failed LOG: whether the perftest run that wrote LOG gave up on its TSC
-# calibration.
+# perftest_clock_failed LOG: whether the perftest run that wrote LOG failed its TSC
+# calibration ("Correlation coefficient r^2: R < 0.9"). The bandwidth tools then give up ("Can't
+# produce a report", status 1); the latency tools exit 0 with "inf" in every column (seen on
+# 2026-12-03 in ib_send_lat -s 2): either way the run measured nothing.
 perftest_clock_failed() {
-	grep -q "Can't produce a report" "$1" && grep -q 'Correlation coefficient r^2' "$1"
+	grep -qE 'Correlation coefficient r\^2: [0-9.e+-]+ < 0\.9' "$1"
 }
 
-# perftest_outcome STATUS LOG: "ok" (status 0), "clock" (perftest_clock_failed) or "fail".
+# perftest_outcome STATUS LOG: "clock" (perftest_clock_failed, whatever the status), "ok"
+# (status 0), "peer" (this side failed only because its peer quit: the exchange over TCP between
+# two sizes or at the end found the socket closed) or "fail".
 perftest_outcome() {
-	if [ "$1" = 0 ]; then
-		echo ok
-	elif perftest_clock_failed "$2"; then
+	if perftest_clock_failed "$2"; then
 		echo clock
+	elif [ "$1" = 0 ]; then
+		echo ok
+	elif grep -q 'Failed to exchange data between server and clients' "$2"; then
+		echo peer
 	else
 		echo fail
 	fi
@@ -441,11 +527,13 @@ perftest_pair() {
 		fi
 		[ "$FERRDMA_NVMS" = 1 ] || so=$(barrier_word "$name-$try-server" "$snode" "$so")
 		[ "$co/$so" = ok/ok ] && return 0
+		# Repeated once: a run where a side's clock calibration failed and the other side
+		# passed, was stopped, or failed only because that side quit ("peer").
 		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
 			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
 			# Announced once, by the node that runs the client.
 			[ "$connect" = 0 ] || retrying "$name" "perftest's TSC calibration failed" \
-				"(client: $co, server: $so: Can't produce a report, Correlation coefficient r^2 too low)"
+				"(client: $co, server: $so: Correlation coefficient r^2 below 0.9)"
 			continue
 		fi
 		[ "$connect" = 0 ] || { echo "--- $name client: $* $addr"; cat "$PERFTEST_CLIENT_LOG"; } >&2

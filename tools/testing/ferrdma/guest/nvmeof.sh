@@ -118,11 +118,13 @@ nvmeof_connect() {
 	NVMEOF_CTRL=nvme$i
 	# The namespace's block device (with native multipath the head node nvme<subsys>n1; the
 	# test connects one controller only, so it is the only nvme*n1).
-	for ((i = 0; i < 100; i++)); do
+	local end=$((SECONDS + 20))
+	while :; do
 		NVMEOF_DEV=$(find /sys/block -maxdepth 1 -name 'nvme*n1' -printf '%f\n' | head -1)
 		[ -n "$NVMEOF_DEV" ] && [ -b "/dev/$NVMEOF_DEV" ] && break
 		NVMEOF_DEV=
-		sleep 0.1
+		[ "$SECONDS" -lt "$end" ] || break
+		nap 0.1
 	done
 	[ -n "$NVMEOF_DEV" ] || { ls /dev /sys/class/nvme/"$NVMEOF_CTRL" >&2 || true; fail "no namespace block device of $NVMEOF_CTRL"; }
 	NVMEOF_DEV=/dev/$NVMEOF_DEV
@@ -137,9 +139,9 @@ nvmeof_connect() {
 nvmeof_disconnect() {
 	local i
 	echo 1 > "/sys/class/nvme/$NVMEOF_CTRL/delete_controller" || fail "delete_controller of $NVMEOF_CTRL failed"
-	for ((i = 0; i < 100; i++)); do
-		[ -e "/sys/class/nvme/$NVMEOF_CTRL" ] || break
-		sleep 0.1
+	local end=$((SECONDS + 20))
+	while [ -e "/sys/class/nvme/$NVMEOF_CTRL" ] && [ "$SECONDS" -lt "$end" ]; do
+		nap 0.1
 	done
 	[ ! -e "/sys/class/nvme/$NVMEOF_CTRL" ] || fail "$NVMEOF_CTRL still exists 10 s after delete_controller"
 	rmmod nvme_rdma nvme_fabrics nvme_core || fail "rmmod of the NVMe host modules failed"
@@ -255,7 +257,7 @@ nvmeof_res_check() {
 			rdma res show mr >&2 || true
 			fail "objects left behind after $1: before: $NVMEOF_RES_BEFORE; after: $res"
 		fi
-		sleep 0.2
+		nap 0.2
 	done
 	note "rdma res after $1: $res"
 	[ -z "$new" ] || { note "idle CQs of ib_core's CQ pool (freed with the device):"; echo "$new"; }

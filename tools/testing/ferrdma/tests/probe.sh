@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 kunit=yes
 #
 # Loads ferrdma.ko against one ferrdma NIC and unloads it again. Checks:
 #   * lspci -n lists the function as 1234:fe10 and the driver binds it;
