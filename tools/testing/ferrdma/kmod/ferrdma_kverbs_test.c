@@ -42,6 +42,14 @@ static char *dev = "ferrdma0";
 module_param(dev, charp, 0444);
 MODULE_PARM_DESC(dev, "name of the RDMA device to test (default ferrdma0)");
 
+/*
+ * The KASAN lane's sabotage check (tests/kasan-lane.sh): load with plant_uaf=1 and, instead of
+ * the tests, the module reads a freed object once. A KASAN kernel must report it.
+ */
+static bool plant_uaf;
+module_param(plant_uaf, bool, 0444);
+MODULE_PARM_DESC(plant_uaf, "read a freed object once instead of testing (KASAN lane self-check)");
+
 #define KV_BUF		(128 * 1024)	/* each of the two mapped data buffers */
 #define KV_RING		512		/* completions a struct kv_cq can hold */
 #define KV_NTAGS	1024
@@ -2245,9 +2253,27 @@ static struct ib_client kv_client = {
 	.remove = kv_remove,
 };
 
+static noinline int kv_plant_uaf(void)
+{
+	char *p = kmalloc(64, GFP_KERNEL);
+	int v;
+
+	if (!p)
+		return -ENOMEM;
+	memset(p, 0x5a, 64);
+	kfree(p);
+	v = READ_ONCE(p[17]);
+	pr_info(KV "planted use-after-free read %#x\n", v);
+	return -ECANCELED;
+}
+
 static int __init kv_init(void)
 {
-	int r = ib_register_client(&kv_client);
+	int r;
+
+	if (plant_uaf)
+		return kv_plant_uaf();
+	r = ib_register_client(&kv_client);
 
 	if (r)
 		return r;

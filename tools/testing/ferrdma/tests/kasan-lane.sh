@@ -1,0 +1,28 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=300 nic=no kasan=yes
+#
+# The KASAN lane's own check, so that it cannot pass by not looking: on the KASAN kernel
+# (kasan=yes; the harness also fails a lane test whose console lacks KASAN's boot line), the
+# kernel-verbs test module loaded with plant_uaf=1 reads a freed kmalloc object once, and KASAN
+# must report exactly that: "BUG: KASAN: slab-use-after-free in kv_plant_uaf". The report is
+# inside an expected-splat region naming kasan and its call trace; any other splat fails.
+. "$FERRDMA_HARNESS/guest/lib.sh"
+
+dmesg | grep -q "KernelAddressSanitizer initialized" || fail "this kernel has no KASAN"
+dir=$("$FERRDMA_HARNESS/kmod/build.sh" --dir) ||
+	fail "the kernel-verbs test module is not built for this kernel: run" \
+		"scripts/in-sysroot.sh bash -c 'FERRDMA_KBUILD=$FERRDMA_KBUILD /ferrdma/src/tools/testing/ferrdma/kmod/build.sh' (make kernel-kasan and make check do)"
+echo "ferrdma-test: expected splat begin kasan call-trace" > /dev/kmsg
+rc=0
+insmod "$dir/ferrdma_kverbs_test.ko" plant_uaf=1 2>/tmp/insmod.err || rc=$?
+echo "ferrdma-test: expected splat end" > /dev/kmsg
+[ "$rc" != 0 ] || fail "insmod plant_uaf=1 succeeded: the module did not take its planted path"
+report=$(dmesg | grep -m1 -E "BUG: KASAN: [a-z-]*use-after-free in kv_plant_uaf" || true)
+if [ -z "$report" ]; then
+	dmesg | tail -40
+	fail "KASAN did not report the planted use-after-free"
+fi
+note "KASAN reported the planted read: ${report#*] }"
+dmesg | grep -q "Read of size 1 at addr" || fail "KASAN's report lacks the access (Read of size 1)"
+note "kasan-lane test passed"
