@@ -35,6 +35,7 @@ import shlex
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -68,6 +69,22 @@ def cache_dir() -> str:
     """$FERRDMA_CACHE, as seen from where the harness runs (in the sysroot: /ferrdma/cache)."""
     return os.environ.get("FERRDMA_CACHE") or (
         "/ferrdma/cache" if os.path.isdir("/ferrdma/cache") else "/var/cache/ferrdma")
+
+
+def kverbs_module_dir(kbuild: str) -> str:
+    """The kernel-verbs test module's directory for the kernel build KBUILD, as `kmod/build.sh
+    --dir` finds it ("" if it is not built or KBUILD is not a build tree). Found here, on the
+    host: the guest's own build.sh --dir hashes the build's Module.symvers and runs clang
+    --version, 20-60 s under TCG."""
+    if not kbuild or not in_sysroot():
+        return ""
+    try:
+        p = subprocess.run([os.path.join(HARNESS_DIR, "kmod", "build.sh"), "--dir"],
+                           env={**os.environ, "FERRDMA_KBUILD": kbuild},
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return p.stdout.strip() if p.returncode == 0 else ""
 
 
 def default_kernel(variant: str = "") -> str:
@@ -417,6 +434,11 @@ def kernel_cmdline(cfg: Config) -> str:
         # TSC-vs-gettimeofday calibration then failed (r^2 < 0.9). The TSC is the better clock.
         "tsc=reliable",
     ]
+    if cfg.kasan:
+        # 4-level paging: with -cpu max's LA57 the KASAN kernel reported a wild-memory-access
+        # in do_raw_spin_lock from an interrupt during identify_cpu, at 0.006 s of every boot
+        # (7.3.4, TCG; none with no5lvl).
+        parts.append("no5lvl")
     if not cfg.kunit:
         # The test kernel's KUnit suites take ~4 s of each boot under TCG and ferrdma.ko's run
         # at every insmod; one test (probe) runs them all, the others boot without.
@@ -805,6 +827,7 @@ def run(cfg: Config) -> RunResult:
     logdir = os.path.abspath(cfg.logdir) if cfg.logdir else new_run_dir()
     _prepare_logdir(logdir, cfg.vms)
     script_timeout = guest_script_timeout(cfg.timeout) if cfg.guest_timeout else 0
+    kverbs_dir = kverbs_module_dir(kernel_build_dir(cfg.kernel))
     for node in range(1, cfg.vms + 1):
         share = os.path.join(logdir, f"vm{node}")
         shutil.copyfile(cfg.script, os.path.join(share, "script"))
@@ -822,6 +845,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),
             "FERRDMA_HAVE_NIC": "1" if has_nic(cfg, node) else "0",
             "FERRDMA_ACCEL": cfg.accel,
+            "FERRDMA_KVERBS_DIR": kverbs_dir,
         }
         with open(os.path.join(share, "job"), "w") as f:
             f.write(job_file_text(env, cfg.args, script_timeout))

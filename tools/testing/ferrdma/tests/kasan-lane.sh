@@ -10,7 +10,8 @@
 . "$FERRDMA_HARNESS/guest/lib.sh"
 
 dmesg | grep -q "KernelAddressSanitizer initialized" || fail "this kernel has no KASAN"
-dir=$("$FERRDMA_HARNESS/kmod/build.sh" --dir) ||
+dir=${FERRDMA_KVERBS_DIR:-}
+[ -n "$dir" ] || dir=$("$FERRDMA_HARNESS/kmod/build.sh" --dir) ||
 	fail "the kernel-verbs test module is not built for this kernel: run" \
 		"scripts/in-sysroot.sh bash -c 'FERRDMA_KBUILD=$FERRDMA_KBUILD /ferrdma/src/tools/testing/ferrdma/kmod/build.sh' (make kernel-kasan and make check do)"
 echo "ferrdma-test: expected splat begin kasan call-trace" > /dev/kmsg
