@@ -87,15 +87,17 @@ def kverbs_module_dir(kbuild: str) -> str:
     return p.stdout.strip() if p.returncode == 0 else ""
 
 
+def _kernel_build(variant: str) -> str:
+    """scripts/kernel.sh's build tree; VARIANT "kasan" the KASAN lane's (build-kasan)."""
+    return os.path.join(cache_dir(), "kernel/build" + (f"-{variant}" if variant else ""))
+
+
 def default_kernel(variant: str = "") -> str:
-    """The test kernel scripts/kernel.sh builds; VARIANT "kasan" the KASAN lane's."""
-    build = "kernel/build" + (f"-{variant}" if variant else "")
-    return os.path.join(cache_dir(), build, "arch/x86/boot/bzImage")
+    return os.path.join(_kernel_build(variant), "arch/x86/boot/bzImage")
 
 
 def default_ko(variant: str = "") -> str:
-    build = "kernel/build" + (f"-{variant}" if variant else "")
-    return os.path.join(cache_dir(), build, "drivers/infiniband/hw/ferrdma/ferrdma.ko")
+    return os.path.join(_kernel_build(variant), "drivers/infiniband/hw/ferrdma/ferrdma.ko")
 
 
 # The line generic KASAN prints at boot (mm/kasan/generic.c).

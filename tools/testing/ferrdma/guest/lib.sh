@@ -190,13 +190,20 @@ uptime_cs() {
 	echo $((10#${up%.*} * 100 + 10#${up#*.}))
 }
 
+# cs_seconds CS: hundredths of a second as seconds, "S.CC".
+cs_seconds() {
+	local cc
+	printf -v cc %02d $(($1 % 100))
+	echo "$(($1 / 100)).$cc"
+}
+
 # kmemleak_scan_twice: the two scans of a check (see above), with the wait between them.
 kmemleak_scan_twice() {
 	local t0 left
 	t0=$(uptime_cs)
 	kmemleak_scan
 	left=$((t0 + 510 - $(uptime_cs)))
-	[ "$left" -le 0 ] || sleep "$((left / 100)).$(printf %02d $((left % 100)))"
+	[ "$left" -le 0 ] || sleep "$(cs_seconds "$left")"
 	kmemleak_scan
 }
 
@@ -274,7 +281,7 @@ kmemleak_after_script() {
 	if [ -f "$FERRDMA_KMEMLEAK_PASSED" ]; then
 		passed=$(cat "$FERRDMA_KMEMLEAK_PASSED")
 		if [ $((now - passed)) -le 500 ]; then
-			echo "ferrdma-init: kmemleak: the script's own kmemleak_check passed $(((now - passed) / 100)).$(printf %02d $(((now - passed) % 100)))s before; not repeated"
+			echo "ferrdma-init: kmemleak: the script's own kmemleak_check passed $(cs_seconds $((now - passed)))s before; not repeated"
 			return 0
 		fi
 	fi
@@ -368,9 +375,10 @@ two_vms_up() {
 	barrier up 180
 }
 
-# wait_listen PORT: waits up to 30 s until something listens on TCP PORT (any address).
+# wait_listen PORT [SECONDS]: waits up to SECONDS (default 30) until something listens on TCP
+# PORT (any address).
 wait_listen() {
-	local hex end=$((SECONDS + 30)) _ addr st f
+	local hex end=$((SECONDS + ${2:-30})) _ addr st f
 	printf -v hex '%04X' "$1"
 	while :; do
 		# bash only: this polls while the server starts, and an exec per poll slows it down.

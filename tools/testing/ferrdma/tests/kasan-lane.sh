@@ -7,16 +7,13 @@
 # kernel-verbs test module loaded with plant_uaf=1 reads a freed kmalloc object once, and KASAN
 # must report exactly that: "BUG: KASAN: slab-use-after-free in kv_plant_uaf". The report is
 # inside an expected-splat region naming kasan and its call trace; any other splat fails.
-. "$FERRDMA_HARNESS/guest/lib.sh"
+. "$FERRDMA_HARNESS/guest/kverbs.sh"
 
 dmesg | grep -q "KernelAddressSanitizer initialized" || fail "this kernel has no KASAN"
-dir=${FERRDMA_KVERBS_DIR:-}
-[ -n "$dir" ] || dir=$("$FERRDMA_HARNESS/kmod/build.sh" --dir) ||
-	fail "the kernel-verbs test module is not built for this kernel: run" \
-		"scripts/in-sysroot.sh bash -c 'FERRDMA_KBUILD=$FERRDMA_KBUILD /ferrdma/src/tools/testing/ferrdma/kmod/build.sh' (make kernel-kasan and make check do)"
+ko=$(kverbs_module)
 echo "ferrdma-test: expected splat begin kasan call-trace" > /dev/kmsg
 rc=0
-insmod "$dir/ferrdma_kverbs_test.ko" plant_uaf=1 2>/tmp/insmod.err || rc=$?
+insmod "$ko" plant_uaf=1 2>/tmp/insmod.err || rc=$?
 echo "ferrdma-test: expected splat end" > /dev/kmsg
 [ "$rc" != 0 ] || fail "insmod plant_uaf=1 succeeded: the module did not take its planted path"
 report=$(dmesg | grep -m1 -E "BUG: KASAN: [a-z-]*use-after-free in kv_plant_uaf" || true)
