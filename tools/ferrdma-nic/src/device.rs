@@ -205,11 +205,8 @@ impl Device {
 
     /// Shares the host's test-only WRITE corruption knob with the engine (kept across
     /// device resets; see `rdma/sabotage.rs`).
-    pub fn set_write_sabotage(
-        &mut self,
-        knob: std::sync::Arc<crate::rdma::sabotage::WriteSabotage>,
-    ) {
-        self.engine.set_write_sabotage(knob);
+    pub fn set_sabotage(&mut self, knob: std::sync::Arc<crate::rdma::sabotage::Sabotage>) {
+        self.engine.set_sabotage(knob);
     }
 
     /// Sets the port MAC the device reports (kept across device resets).

@@ -165,7 +165,7 @@ pub fn serve(
     let inbound = match fabric {
         Some(f) => {
             let port = f.port;
-            device.set_write_sabotage(port.write_sabotage());
+            device.set_sabotage(port.sabotage());
             device.set_sink(TxSink(Box::new(move |frame| port.send(frame))));
             Some(f.inbound)
         }

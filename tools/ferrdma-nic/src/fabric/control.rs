@@ -77,10 +77,19 @@ pub enum Command {
     /// Test only: arm (`Some(offset)`) or disarm NIC `nic`'s WRITE corruption knob.
     Sabotage {
         nic: usize,
-        write_byte: Option<u64>,
+        knob: SabotageKnob,
     },
     Stats,
     Help,
+}
+
+/// A test-only fault of one NIC (`rdma/sabotage.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SabotageKnob {
+    /// Corrupt this byte of every RDMA WRITE placed (`None`: off).
+    WriteByte(Option<u64>),
+    /// Stop (`true`) or resume answering admin commands.
+    AdminStall(bool),
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -100,6 +109,7 @@ pub const HELP: &[&str] = &[
     "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS",
     "stats",
     "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
+    "sabotage nic:N admin=stall|admin=run    TEST ONLY: NIC N's admin queue stops (resumes) answering",
     "PORT: lan:N (the Nth --lan socket), nic:N (the Nth NIC's RoCE engine), N = lan:N",
 ];
 
@@ -157,24 +167,26 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             _ => return Err(ParseError::Usage("fault PORT SPEC|off")),
         },
         "sabotage" => {
-            const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off";
+            const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run";
             let [port, what] = words[1..] else {
                 return Err(ParseError::Usage(USAGE));
             };
             let PortRef::Nic(nic) = parse_port(port)? else {
                 return Err(ParseError::Usage(USAGE));
             };
-            let write_byte = match what.strip_prefix("write-byte=") {
-                _ if what == "off" => None,
+            let knob = match what.strip_prefix("write-byte=") {
+                _ if what == "off" => SabotageKnob::WriteByte(None),
+                _ if what == "admin=stall" => SabotageKnob::AdminStall(true),
+                _ if what == "admin=run" => SabotageKnob::AdminStall(false),
                 // Digits only (no sign), and no more than fit a u64.
                 Some(n)
                     if !n.is_empty() && n.len() <= 19 && n.bytes().all(|b| b.is_ascii_digit()) =>
                 {
-                    Some(n.parse().map_err(|_| ParseError::Usage(USAGE))?)
+                    SabotageKnob::WriteByte(Some(n.parse().map_err(|_| ParseError::Usage(USAGE))?))
                 }
                 _ => return Err(ParseError::Usage(USAGE)),
             };
-            Command::Sabotage { nic, write_byte }
+            Command::Sabotage { nic, knob }
         }
         "stats" if words.len() == 1 => Command::Stats,
         "stats" => return Err(ParseError::Usage("stats")),
@@ -345,16 +357,31 @@ mod tests {
             parse("sabotage nic:1 write-byte=4097"),
             Ok(Some(Command::Sabotage {
                 nic: 1,
-                write_byte: Some(4097)
+                knob: SabotageKnob::WriteByte(Some(4097))
             }))
         );
         assert_eq!(
             parse("sabotage nic:0 off"),
             Ok(Some(Command::Sabotage {
                 nic: 0,
-                write_byte: None
+                knob: SabotageKnob::WriteByte(None)
             }))
         );
+        assert_eq!(
+            parse("sabotage nic:2 admin=stall"),
+            Ok(Some(Command::Sabotage {
+                nic: 2,
+                knob: SabotageKnob::AdminStall(true)
+            }))
+        );
+        assert_eq!(
+            parse("sabotage nic:2 admin=run"),
+            Ok(Some(Command::Sabotage {
+                nic: 2,
+                knob: SabotageKnob::AdminStall(false)
+            }))
+        );
+        assert!(parse("sabotage nic:2 admin=maybe").is_err());
         assert_eq!(
             parse("fault nic:1 off"),
             Ok(Some(Command::Fault {

@@ -32,12 +32,12 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use super::control::{self, Command, PortRef, Reply};
+use super::control::{self, Command, PortRef, Reply, SabotageKnob};
 use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
-use crate::rdma::sabotage::WriteSabotage;
+use crate::rdma::sabotage::Sabotage;
 use crate::server::{bind, ServeError, SocketFile};
 
 /// Frames queued towards one port before further ones are dropped.
@@ -89,7 +89,7 @@ pub struct HubControl {
     nics: usize,
     /// Each NIC's test-only WRITE corruption knob (shared with its engine through its
     /// [`EnginePort`]).
-    sabotage: Vec<Arc<WriteSabotage>>,
+    sabotage: Vec<Arc<Sabotage>>,
 }
 
 impl control::Apply for HubControl {
@@ -97,19 +97,33 @@ impl control::Apply for HubControl {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
             Command::Fault { port, .. } => std::slice::from_ref(port),
-            Command::Sabotage { nic, write_byte } => {
+            Command::Sabotage { nic, knob: what } => {
                 // The knob is the NIC's, not the switch's: set it here.
                 let Some(knob) = self.sabotage.get(*nic) else {
                     return Err(format!("no nic:{nic}: there are {} NICs", self.nics));
                 };
-                knob.set(*write_byte);
-                log::warn!("control: nic:{nic} sabotage write-byte {write_byte:?} (TEST ONLY)");
-                return Ok(vec![match write_byte {
-                    Some(o) => format!(
-                        "nic:{nic} sabotage: flipping byte {o} of every RDMA WRITE it places ({} corrupted so far)",
-                        knob.hits()
-                    ),
-                    None => format!("nic:{nic} sabotage off ({} bytes corrupted)", knob.hits()),
+                log::warn!("control: nic:{nic} sabotage {what:?} (TEST ONLY)");
+                return Ok(vec![match *what {
+                    SabotageKnob::WriteByte(write_byte) => {
+                        knob.set(write_byte);
+                        match write_byte {
+                            Some(o) => format!(
+                                "nic:{nic} sabotage: flipping byte {o} of every RDMA WRITE it places ({} corrupted so far)",
+                                knob.hits()
+                            ),
+                            None => {
+                                format!("nic:{nic} sabotage off ({} bytes corrupted)", knob.hits())
+                            }
+                        }
+                    }
+                    SabotageKnob::AdminStall(stalled) => {
+                        knob.stall_admin(stalled);
+                        if stalled {
+                            format!("nic:{nic} sabotage: the admin queue stops answering")
+                        } else {
+                            format!("nic:{nic} sabotage: the admin queue answers again")
+                        }
+                    }
                 }]);
             }
             Command::Stats | Command::Help => &[],
@@ -152,12 +166,12 @@ impl control::Apply for HubControl {
 pub struct EnginePort {
     port: PortId,
     tx: SyncSender<Event>,
-    sabotage: Arc<WriteSabotage>,
+    sabotage: Arc<Sabotage>,
 }
 
 impl EnginePort {
     /// The NIC's test-only WRITE corruption knob, which the control socket sets.
-    pub fn write_sabotage(&self) -> Arc<WriteSabotage> {
+    pub fn sabotage(&self) -> Arc<Sabotage> {
         Arc::clone(&self.sabotage)
     }
 
@@ -209,7 +223,7 @@ impl Hub {
         let (tx, rx) = sync_channel(SWITCH_QUEUE);
         let next_port = Arc::new(AtomicUsize::new(nics.len()));
         let live = Arc::new(AtomicUsize::new(0));
-        let sabotage: Vec<Arc<WriteSabotage>> = nics.iter().map(|_| Arc::default()).collect();
+        let sabotage: Vec<Arc<Sabotage>> = nics.iter().map(|_| Arc::default()).collect();
         let engine_ports = (0..nics.len())
             .map(|port| EnginePort {
                 port,
@@ -819,8 +833,8 @@ mod tests {
     /// `sabotage nic:N ...` reaches exactly NIC N's knob (the one its engine gets through
     /// its `EnginePort`), is off until asked, and refuses a NIC that does not exist.
     #[test]
-    fn control_arms_and_disarms_one_nics_write_sabotage() {
-        use super::super::control::{handle_line, Apply, Command};
+    fn control_arms_and_disarms_one_nics_sabotage() {
+        use super::super::control::{handle_line, Apply, Command, SabotageKnob};
         let nics = (0..2)
             .map(|i| NicAttachment {
                 mac: [0x52, 0x54, 0, 0, 1, i],
@@ -828,11 +842,7 @@ mod tests {
             })
             .collect();
         let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
-        let knobs: Vec<_> = hub
-            .engine_ports
-            .iter()
-            .map(|p| p.write_sabotage())
-            .collect();
+        let knobs: Vec<_> = hub.engine_ports.iter().map(|p| p.sabotage()).collect();
         assert!(knobs.iter().all(|k| k.offset().is_none()), "off by default");
         let reply = handle_line(b"sabotage nic:1 write-byte=4097", &hub.control).unwrap();
         assert!(reply.unwrap()[0].contains("flipping byte 4097"));
@@ -840,13 +850,13 @@ mod tests {
         let t = std::time::Duration::from_secs(5);
         let off = Command::Sabotage {
             nic: 1,
-            write_byte: None,
+            knob: SabotageKnob::WriteByte(None),
         };
         assert!(hub.control.apply(off, t).is_ok());
         assert_eq!(knobs[1].offset(), None);
         let none = Command::Sabotage {
             nic: 2,
-            write_byte: Some(1),
+            knob: SabotageKnob::WriteByte(Some(1)),
         };
         assert!(hub.control.apply(none, t).unwrap_err().contains("no nic:2"));
     }

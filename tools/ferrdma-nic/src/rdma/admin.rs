@@ -117,6 +117,10 @@ pub fn write_reg(e: &mut Engine, env: &Env<'_>, reg: usize, value: u32) -> bool 
 impl Engine {
     /// Runs every command between head and tail (at most one ring's worth).
     pub(super) fn process_admin(&mut self, env: &Env<'_>) {
+        if self.sabotage.admin_stalled() {
+            // A hung device (host test knob): the commands wait, unanswered.
+            return;
+        }
         let mut completed = 0u32;
         while self.aq.enabled() && self.aq.head != self.aq.tail && completed < self.aq.size {
             if !env.bus_master {

@@ -98,7 +98,7 @@ pub struct Engine {
     /// across engine resets.
     caps_plan: Option<Arc<caps::CapsPlan>>,
     /// The host's test-only WRITE corruption knob (`sabotage.rs`); off unless armed.
-    sabotage: Arc<sabotage::WriteSabotage>,
+    sabotage: Arc<sabotage::Sabotage>,
 }
 
 impl Default for Engine {
@@ -157,12 +157,12 @@ impl Engine {
     }
 
     /// Shares the host's WRITE corruption knob with this engine (test-only, `sabotage.rs`).
-    pub fn set_write_sabotage(&mut self, knob: Arc<sabotage::WriteSabotage>) {
+    pub fn set_sabotage(&mut self, knob: Arc<sabotage::Sabotage>) {
         self.sabotage = knob;
     }
 
     /// The engine's WRITE corruption knob.
-    pub fn write_sabotage(&self) -> Arc<sabotage::WriteSabotage> {
+    pub fn sabotage(&self) -> Arc<sabotage::Sabotage> {
         Arc::clone(&self.sabotage)
     }
 

@@ -1,15 +1,18 @@
-//! A test-only fault in the NIC's own data path: while armed, the responder flips one bit
-//! of one byte of every RDMA WRITE (with or without immediate) it places in guest memory.
+//! Test-only faults of the NIC itself, which only the host can arm (through the fabric's
+//! control socket, `sabotage nic:N ...`, see `fabric/control.rs`); nothing a guest writes to
+//! the device reaches them, and they survive a device reset (they belong to the host, not to
+//! the guest's device state). Both are off by default.
 //!
-//! It exists to prove that the data-checking tests catch corruption (a test that cannot fail
-//! is a defect): with the knob on they must fail and name the offset. It is off by default
-//! and only the host can turn it on, through the fabric's control socket (`sabotage nic:N
-//! write-byte=OFFSET`, see `fabric/control.rs`); nothing a guest writes to the device
-//! reaches it. The knob survives a device reset (it belongs to the host, not to the guest's
-//! device state).
+//! - `write-byte=OFFSET`: the responder flips one bit of one byte of every RDMA WRITE (with
+//!   or without immediate) it places in guest memory. It proves that the data-checking tests
+//!   catch corruption (a test that cannot fail is a defect): with it on they must fail and
+//!   name the offset.
+//! - `admin=stall`: the admin queue stops answering (commands stay queued, no completion is
+//!   written), as a hung device would; `admin=run` answers again. It lets the driver's
+//!   timeout and dead-device paths be tested.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What a sabotaged byte is XORed with: the lowest bit, the subtlest change (not the
 /// inverse, which a checker might take for an unwritten poisoned byte).
@@ -19,23 +22,36 @@ const OFF: u64 = u64::MAX;
 
 /// The knob of one NIC, shared by the control socket's thread and the NIC's engine.
 #[derive(Debug)]
-pub struct WriteSabotage {
+pub struct Sabotage {
     /// The message offset to corrupt, or `OFF`.
     offset: AtomicU64,
     /// Bytes corrupted so far.
     hits: AtomicU64,
+    /// The admin queue does not answer.
+    admin_stalled: AtomicBool,
 }
 
-impl Default for WriteSabotage {
+impl Default for Sabotage {
     fn default() -> Self {
         Self {
             offset: AtomicU64::new(OFF),
             hits: AtomicU64::new(0),
+            admin_stalled: AtomicBool::new(false),
         }
     }
 }
 
-impl WriteSabotage {
+impl Sabotage {
+    /// Stops (`true`) or resumes the admin queue's answers.
+    pub fn stall_admin(&self, stalled: bool) {
+        self.admin_stalled.store(stalled, Ordering::Relaxed);
+    }
+
+    /// Whether the admin queue is to leave commands unanswered.
+    pub fn admin_stalled(&self) -> bool {
+        self.admin_stalled.load(Ordering::Relaxed)
+    }
+
     /// Arms the knob for message offset `offset` (every WRITE longer than `offset` bytes
     /// gets the byte there flipped), or disarms it with `None`.
     pub fn set(&self, offset: Option<u64>) {
@@ -94,7 +110,7 @@ mod tests {
 
     #[test]
     fn off_by_default_and_leaves_data_alone() {
-        let s = WriteSabotage::default();
+        let s = Sabotage::default();
         assert_eq!(s.offset(), None);
         assert_eq!(s.target(100), None);
         assert!(matches!(s.corrupt_chunk(0, &[1, 2, 3]), Cow::Borrowed(_)));
@@ -103,7 +119,7 @@ mod tests {
 
     #[test]
     fn flips_exactly_the_armed_byte_of_the_packet_that_holds_it() {
-        let s = WriteSabotage::default();
+        let s = Sabotage::default();
         s.set(Some(1030));
         let data = [0xaau8; 1024];
         // Packet 0 ([0, 1024)) does not hold byte 1030; packet 1 ([1024, 2048)) does.

@@ -498,3 +498,25 @@ fn reset_drops_every_object() {
     r.h.doorbell(1, DB_SQ_OFFSET, r.a.id);
     assert!(r.h.dev().engine().stats().spurious_doorbells >= 1);
 }
+
+/// The host's admin stall knob (`rdma/sabotage.rs`): a hung device leaves commands
+/// unanswered; resumed, it answers the waiting one and the next in order.
+#[test]
+fn admin_stall_knob_leaves_commands_unanswered_until_resumed() {
+    let mut h = Host::new();
+    let knob = h.dev().engine().sabotage();
+    knob.stall_admin(true);
+    let bad = || Host::object(admin_op::DESTROY_CQ, MAX_CQ);
+    assert!(h.admin_try(bad()).is_none(), "a stalled queue answered");
+    assert_eq!(h.reg(REG_AQ_HEAD), 0);
+    knob.stall_admin(false);
+    let c = h
+        .admin_try(bad())
+        .expect("the resumed queue did not answer");
+    assert_eq!(c.status, admin_status::BAD_ID);
+    assert_eq!(
+        h.reg(REG_AQ_HEAD),
+        2,
+        "the waiting command was answered first"
+    );
+}

@@ -374,7 +374,7 @@ fn ud_loopback_with_grh_and_qkey() {
 fn sabotage_knob_flips_one_byte_of_a_loopback_write() {
     use crate::rdma::sabotage::FLIP;
     let mut r = Rig::rc();
-    let knob = r.h.dev().engine().write_sabotage();
+    let knob = r.h.dev().engine().sabotage();
     let data = pattern(0x3000, 5);
     r.h.buf_write(&r.buf_a, 0, &data);
     knob.set(Some(0x155));
@@ -446,7 +446,7 @@ fn sabotage_knob_flips_one_byte_of_a_loopback_write() {
     // Neither the guest's engine reset (the driver writes DEV_CTRL_RESET when it probes)
     // nor a device reset replaces the host's knob.
     r.h.set_reg(REG_DEV_CTRL, DEV_CTRL_RESET);
-    let same = |r: &Rig| std::sync::Arc::ptr_eq(&knob, &r.h.dev().engine().write_sabotage());
+    let same = |r: &Rig| std::sync::Arc::ptr_eq(&knob, &r.h.dev().engine().sabotage());
     assert!(same(&r), "the engine reset dropped the knob");
     r.h.dev().reset();
     assert!(same(&r), "the device reset dropped the knob");

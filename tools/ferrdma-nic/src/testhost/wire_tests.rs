@@ -2245,7 +2245,7 @@ fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
         ..Path::default()
     };
     let mut net = Net::new(64 << 10, p);
-    let knob = net.b.h.dev().engine().write_sabotage();
+    let knob = net.b.h.dev().engine().sabotage();
     for op in ALL_OPS {
         transfer(&mut net, op, 5000, 1);
     }
