@@ -87,9 +87,12 @@ impl Av {
         if grh.sgid_attr.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: `sgid_attr` is held (function contract).
-        let sattr = unsafe { &*grh.sgid_attr };
-        if sattr.gid_type != bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP {
+        // The GID attribute is shared and live (ib_core updates its netdev under RCU while we
+        // hold it), so it is read field by field through the pointer, never referenced.
+        let sattr = grh.sgid_attr;
+        // SAFETY: `sgid_attr` is held (function contract); its type is set before it is
+        // published and never changes.
+        if unsafe { (*sattr).gid_type } != bindings::ib_gid_type_IB_GID_TYPE_ROCE_UDP_ENCAP {
             return Err(EOPNOTSUPP);
         }
         let mut vlan: u16 = 0xffff;
@@ -99,9 +102,10 @@ impl Av {
             bindings::rdma_read_gid_l2_fields(sattr, &mut vlan, smac.as_mut_ptr())
         })?;
         // SAFETY: Every bit pattern of the GID unions is a byte array; the RoCE member of
-        // the address union is the one in use for a RoCE AV (checked above).
+        // the address union is the one in use for a RoCE AV (checked above); the held
+        // attribute's GID never changes.
         let (dgid, sgid, dmac) =
-            unsafe { (grh.dgid.raw, sattr.gid.raw, a.__bindgen_anon_1.roce.dmac) };
+            unsafe { (grh.dgid.raw, (*sattr).gid.raw, a.__bindgen_anon_1.roce.dmac) };
         Ok(Self {
             dmac,
             dgid,

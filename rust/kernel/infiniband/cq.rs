@@ -7,7 +7,7 @@ use super::{
     events::{CqEvents, CqEventsInner},
     ucontext::{udata_context, CoreObject},
     udata::UData,
-    Driver,
+    Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*};
 
@@ -68,22 +68,40 @@ pub(crate) unsafe extern "C" fn create_cq<T: Driver>(
         };
         let events = CqEventsInner::new(cq)?;
         let handle = events.clone();
-        let new = if attrs.is_null() {
+        let created = if attrs.is_null() {
             // A kernel consumer (ib_alloc_cq and friends).
             // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_kernel_cq(d, &init, handle)) }?
+            unsafe { dev.with_data(|d| T::create_kernel_cq(d, &init, handle)) }
         } else {
             // SAFETY: The driver udata is the first member of the bundle
             // (`rdma_udata_to_uverbs_attr_bundle`).
             let udata = attrs.cast::<bindings::ib_udata>();
             // SAFETY: A uverbs command on a device of driver `T`.
-            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL)?;
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL);
             // SAFETY: As above; nothing else accesses the udata during the call.
-            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }?
+            let ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL);
+            ctx.and_then(|ctx| {
+                let mut ud = ud?;
+                // SAFETY: Called from an ib_core callback.
+                unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }
+            })
         };
-        let cqe = c_int::try_from(new.cqe)?;
+        // ib_core frees the CQ when this fails: a handle the driver may have kept (against
+        // its contract) must not reach it.
+        let new = created.inspect_err(|_| events.revoke())?;
+        let Ok(cqe) = c_int::try_from(new.cqe) else {
+            // The device object exists: undo it before ib_core frees the CQ.
+            // SAFETY: Called from an ib_core callback.
+            if let Err(e) = unsafe { dev.with_data(|d| T::destroy_cq(d, &new.value)) } {
+                pr_err!(
+                    "infiniband: undoing a CQ of {} entries failed ({:?})\n",
+                    new.cqe,
+                    e
+                );
+            }
+            events.revoke();
+            return Err(EINVAL);
+        };
         // SAFETY: `cq` is the head of a `CqObject<T>`, not yet visible to anyone else.
         unsafe {
             (*cq).cqe = cqe;
@@ -120,7 +138,8 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
     };
     // SAFETY: Called from an ib_core callback.
     let res = unsafe { dev.with_data(|d| T::destroy_cq(d, &data.1)) };
-    match destroy_outcome(res, udata.is_null()) {
+    let abandoned = res == Ok(Destroyed::Abandoned);
+    match destroy_outcome(res.map(|_| ()), udata.is_null()) {
         DestroyOutcome::Keep(e) => return e.to_errno(),
         DestroyOutcome::Drop(Some(e)) => {
             pr_err!(
@@ -131,8 +150,11 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
         DestroyOutcome::Drop(None) => {}
     }
     data.0.revoke();
-    // SAFETY: Initialised by `create_cq`, dropped once; ib_core frees the memory afterwards.
-    unsafe { (*obj).data.assume_init_drop() };
+    if !abandoned {
+        // SAFETY: Initialised by `create_cq`, dropped once; ib_core frees the memory
+        // afterwards. An abandoned CQ's data is never dropped (leaked on purpose).
+        unsafe { (*obj).data.assume_init_drop() };
+    }
     0
 }
 

@@ -10,7 +10,7 @@ use super::{
     mr,
     netdev::NetdevBinding,
     qp::{self, QpObject},
-    ucontext::{self, PdObject, UContextInit, UContextObject},
+    ucontext::{self, PdObject, UContextData, UContextInit, UContextObject},
     udata::UData,
     wc, wr, DeviceAttr, Driver,
 };
@@ -427,11 +427,16 @@ impl<T: Driver> VTable<T> {
             let mut udata = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
             // SAFETY: The context's device is a `Device<T>` (callback contract).
             let dev = unsafe { Device::<T>::from_raw((*uctx).device) };
-            let init = UContextInit::new(uctx);
-            // SAFETY: Called from an ib_core callback.
-            let value = unsafe { dev.with_data(|d| T::alloc_ucontext(d, &init, &mut udata)) }?;
+            let mut init = UContextInit::new(uctx);
+            // SAFETY: Called from an ib_core callback. On failure, dropping `init` withdraws
+            // what the driver offered for mapping while the context still exists.
+            let driver = unsafe { dev.with_data(|d| T::alloc_ucontext(d, &mut init, &mut udata)) }?;
+            let data = UContextData {
+                driver,
+                mmaps: init.into_mmaps(),
+            };
             // SAFETY: `uctx` is the head of a `UContextObject<T>` (the size we asked for).
-            unsafe { (*uctx.cast::<UContextObject<T>>()).data.write(value) };
+            unsafe { (*uctx.cast::<UContextObject<T>>()).data.write(data) };
             Ok(0)
         })
     }
@@ -441,14 +446,17 @@ impl<T: Driver> VTable<T> {
     /// Called by ib_core once for a context `alloc_ucontext` initialised.
     unsafe extern "C" fn dealloc_ucontext(uctx: *mut bindings::ib_ucontext) {
         // SAFETY: `data` was initialised by `alloc_ucontext` and is moved out exactly once.
-        let (dev, value) = unsafe {
+        let (dev, UContextData { driver, mut mmaps }) = unsafe {
             (
                 Device::<T>::from_raw((*uctx).device),
                 (*uctx.cast::<UContextObject<T>>()).data.assume_init_read(),
             )
         };
+        // Withdrawn before the driver releases what backs them, and while the context (whose
+        // table ib_core erases them from) still exists.
+        mmaps.remove_all();
         // SAFETY: Called from an ib_core callback.
-        unsafe { dev.with_data(|d| T::dealloc_ucontext(d, value)) };
+        unsafe { dev.with_data(|d| T::dealloc_ucontext(d, driver)) };
     }
 
     /// # Safety

@@ -25,6 +25,8 @@ pub struct Msix<'a> {
     pub pdev: &'a pci::Device<Bound>,
     /// Vectors to allocate; all of them are required.
     pub vectors: u32,
+    /// The name the handlers show in `/proc/interrupts`.
+    pub name: &'static CStr,
 }
 
 /// The handler of one vector: forwards to [`Driver::handle_irq`].
@@ -92,7 +94,7 @@ impl<'a, T: Driver> Vectors<'a, T> {
                     irq::Registration::new(
                         request,
                         Flags::TRIGGER_NONE,
-                        c"ferrdma",
+                        msix.name,
                         Ok::<_, Error>(handler),
                     )
                 },

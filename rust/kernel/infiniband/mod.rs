@@ -33,13 +33,26 @@ pub use events::{CqEvents, QpEvent, QpEvents};
 pub use irq::Msix;
 pub use mr::{Access, NewMr, UserMrRequest};
 pub use qp::{NewQp, QpAttr, QpCap, QpInitAttr, QpQuery, QpState, QpType};
-pub use ucontext::{IoMmap, UContextInit};
+pub use ucontext::{MmioWindow, UContextInit};
 pub use udata::UData;
 pub use umem::Umem;
 pub use wc::{CqNotify, NetworkHdr, QpRef, Wc, WcOpcode, WcSink, WcStatus};
 pub use wr::{RecvWr, RecvWrs, SendOp, SendWr, SendWrs, Sge, UdDest};
 
 use crate::{bindings, irq::IrqReturn, prelude::*};
+
+/// How a destroy callback (CQ, QP, MR) left the device object.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destroyed {
+    /// The device released the object and will not touch its memory again: the abstraction
+    /// drops the driver data.
+    Released,
+    /// The device could not be told (it stopped answering): ib_core still frees its object
+    /// and the abstraction revokes the object's events, but it leaks the driver data, whose
+    /// rings, page lists and pinned pages the device may still read or write.
+    Abandoned,
+}
 
 /// Identifies the user-space provider library that drives a device (`enum rdma_driver_id`).
 ///
@@ -99,7 +112,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// Creates a user context (`alloc_ucontext`); `ctx` maps device pages for it.
     fn alloc_ucontext(
         data: &Self::RegistrationData<'_>,
-        ctx: &UContextInit<'_>,
+        ctx: &mut UContextInit<'_>,
         udata: &mut UData<'_>,
     ) -> Result<Self::UContext>;
 
@@ -154,9 +167,10 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
-    /// Deregisters a memory region (`dereg_mr`); on success the abstraction drops `mr`. An
-    /// error (e.g. `EBUSY` while something uses it) keeps the region.
-    fn dereg_mr(_data: &Self::RegistrationData<'_>, _mr: &Self::Mr) -> Result {
+    /// Deregisters a memory region (`dereg_mr`); see [`Destroyed`] for what the abstraction
+    /// does with `mr` after `Ok`. An error (e.g. `EBUSY` while something uses it) keeps the
+    /// region.
+    fn dereg_mr(_data: &Self::RegistrationData<'_>, _mr: &Self::Mr) -> Result<Destroyed> {
         Err(EOPNOTSUPP)
     }
 
@@ -201,9 +215,10 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
-    /// Destroys a CQ (`destroy_cq`). When it returns `Ok`, the device must no longer write
-    /// the CQ; the abstraction then revokes its event handle and drops `cq`.
-    fn destroy_cq(_data: &Self::RegistrationData<'_>, _cq: &Self::Cq) -> Result {
+    /// Destroys a CQ (`destroy_cq`). After `Ok` the abstraction revokes its event handle and
+    /// drops `cq` ([`Destroyed::Released`]: the device no longer writes it) or leaks it
+    /// ([`Destroyed::Abandoned`]).
+    fn destroy_cq(_data: &Self::RegistrationData<'_>, _cq: &Self::Cq) -> Result<Destroyed> {
         Err(EOPNOTSUPP)
     }
 
@@ -301,7 +316,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
     }
 
     /// Destroys a QP (`destroy_qp`); see [`Driver::destroy_cq`] for what `Ok` promises.
-    fn destroy_qp(_data: &Self::RegistrationData<'_>, _qp: &Self::Qp) -> Result {
+    fn destroy_qp(_data: &Self::RegistrationData<'_>, _qp: &Self::Qp) -> Result<Destroyed> {
         Err(EOPNOTSUPP)
     }
 

@@ -12,9 +12,17 @@ use super::{
     ucontext::{udata_context, PdObject},
     udata::UData,
     umem::Umem,
-    Driver,
+    Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*, types::Opaque};
+
+/// A fresh consumer key for a memory region's lkey and rkey (the low byte of an STag),
+/// drawn from the kernel's random pool, so that a process cannot guess another's keys from
+/// its own.
+pub fn new_key() -> u8 {
+    // SAFETY: `get_random_u8` has no preconditions and may be called from any context.
+    unsafe { bindings::get_random_u8() }
+}
 
 /// IB access flags of a memory registration or QP (`enum ib_access_flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,11 +160,14 @@ pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
     let (dev, data) = unsafe { (Device::<T>::from_raw((*mr).device), &(*obj).data) };
     // SAFETY: Called from an ib_core callback.
     match unsafe { dev.with_data(|d| T::dereg_mr(d, data)) } {
-        Ok(()) => {
+        Ok(Destroyed::Released) => {
             // SAFETY: The driver released the MR; ib_core forgets it when we return 0.
             drop(unsafe { KBox::from_raw(obj) });
             0
         }
+        // The device may still access what the MR maps: its allocation is leaked on purpose
+        // (ib_core forgets the MR all the same).
+        Ok(Destroyed::Abandoned) => 0,
         Err(e) => e.to_errno(),
     }
 }

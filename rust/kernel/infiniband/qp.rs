@@ -11,7 +11,7 @@ use super::{
     ucontext::{udata_context, CoreObject, PdObject},
     udata::UData,
     wc::QpRef,
-    Driver,
+    Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*};
 use core::ptr::NonNull;
@@ -306,18 +306,26 @@ pub(crate) unsafe extern "C" fn create_qp<T: Driver>(
         };
         let events = QpEventsInner::new(qp)?;
         let handle = events.clone();
-        let new = if udata.is_null() {
+        let created = if udata.is_null() {
             let name = QpRef::new(NonNull::new(qp).ok_or(EINVAL)?);
             // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_kernel_qp(d, pd_data, &mut attr, handle, name)) }?
+            unsafe { dev.with_data(|d| T::create_kernel_qp(d, pd_data, &mut attr, handle, name)) }
         } else {
             // SAFETY: `udata` is valid for this call.
-            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP);
             // SAFETY: As above.
-            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud)) }?
+            let ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL);
+            ctx.and_then(|ctx| {
+                let mut ud = ud?;
+                // SAFETY: Called from an ib_core callback.
+                unsafe {
+                    dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud))
+                }
+            })
         };
+        // ib_core frees the QP when this fails: a handle the driver may have kept (against
+        // its contract) must not reach it.
+        let new = created.inspect_err(|_| events.revoke())?;
         attr.cap.write_to(&mut ia.cap);
         // SAFETY: `qp` is the head of a `QpObject<T>`, not yet visible to anyone else.
         unsafe {
@@ -486,12 +494,16 @@ pub(crate) unsafe extern "C" fn destroy_qp<T: Driver>(
         )
     };
     // SAFETY: Called from an ib_core callback.
-    if let Err(e) = unsafe { dev.with_data(|d| T::destroy_qp(d, &data.1)) } {
-        return e.to_errno();
-    }
+    let how = match unsafe { dev.with_data(|d| T::destroy_qp(d, &data.1)) } {
+        Ok(how) => how,
+        Err(e) => return e.to_errno(),
+    };
     data.0.revoke();
-    // SAFETY: Initialised by `create_qp`, dropped once; ib_core frees the memory afterwards.
-    unsafe { (*obj).data.assume_init_drop() };
+    if how == Destroyed::Released {
+        // SAFETY: Initialised by `create_qp`, dropped once; ib_core frees the memory
+        // afterwards. An abandoned QP's data is never dropped (leaked on purpose).
+        unsafe { (*obj).data.assume_init_drop() };
+    }
     0
 }
 

@@ -3,8 +3,10 @@
 //! Driver-specific data of uverbs commands (`struct ib_udata`).
 //!
 //! Provider ABIs grow by appending fields, so both directions are tolerant the way rdma-core
-//! expects: a request shorter than the driver's struct reads as zero-extended, extra trailing
-//! request bytes are ignored, and a response is cut to the length user space offered.
+//! expects: a request shorter than the driver's struct reads as zero-extended, and a response
+//! is cut to the length user space offered. A request longer than the driver's struct must
+//! have only zeros past it (as `ib_is_udata_cleared` checks in C drivers): a newer library
+//! asking for something this driver does not know gets `EOPNOTSUPP`, not silence.
 
 use crate::{
     bindings,
@@ -43,14 +45,21 @@ impl<'a> UData<'a> {
     }
 
     /// Reads the request into `out`: `min(inlen, out.len())` bytes are copied and the rest of
-    /// `out` is zeroed. Returns how many bytes user space sent.
+    /// `out` is zeroed. Request bytes past `out` must all be zero (else `EOPNOTSUPP`). Returns
+    /// how many bytes user space sent.
     pub fn read_in(&self, out: &mut [u8]) -> Result<usize> {
+        let mut reader =
+            UserSlice::new(UserPtr::from_ptr(self.raw.inbuf.cast_mut()), self.inlen()).reader();
         let n = self.inlen().min(out.len());
         out.fill(0);
-        if n > 0 {
-            UserSlice::new(UserPtr::from_ptr(self.raw.inbuf.cast_mut()), n)
-                .reader()
-                .read_slice(&mut out[..n])?;
+        reader.read_slice(&mut out[..n])?;
+        let mut chunk = [0u8; 64];
+        while !reader.is_empty() {
+            let k = reader.len().min(chunk.len());
+            reader.read_slice(&mut chunk[..k])?;
+            if chunk[..k].iter().any(|&b| b != 0) {
+                return Err(EOPNOTSUPP);
+            }
         }
         Ok(self.inlen())
     }

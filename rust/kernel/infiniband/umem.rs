@@ -20,7 +20,8 @@ pub struct Umem {
 // SAFETY: An `ib_umem` is not tied to the thread that pinned it; release may run anywhere
 // that may sleep, which is where the owning objects are destroyed.
 unsafe impl Send for Umem {}
-// SAFETY: Shared references only read immutable fields and walk the immutable SG table.
+// SAFETY: Shared references only read fields and the SG table; what writes the `ib_umem`
+// (`ib_umem_find_best_pgsz` sets its `iova`) takes `&mut self`.
 unsafe impl Sync for Umem {}
 
 impl Umem {
@@ -79,9 +80,11 @@ impl Umem {
     }
 
     /// The largest page size in `pgsz_bitmap` that can map the memory with `iova` as the
-    /// device address of its first byte; `None` if none can.
-    pub fn best_page_size(&self, pgsz_bitmap: u64, iova: u64) -> Option<u64> {
-        // SAFETY: `raw` is valid (type invariant).
+    /// device address of its first byte; `None` if none can. Records `iova` as the region's
+    /// device address (which [`Self::num_blocks`] counts from), hence `&mut self`.
+    pub fn best_page_size(&mut self, pgsz_bitmap: u64, iova: u64) -> Option<u64> {
+        // SAFETY: `raw` is valid (type invariant); `&mut self` excludes concurrent readers of
+        // the `iova` this writes.
         let pgsz =
             unsafe { bindings::ib_umem_find_best_pgsz(self.raw.as_ptr(), pgsz_bitmap as _, iova) };
         (pgsz != 0).then_some(pgsz as u64)
@@ -97,13 +100,14 @@ impl Umem {
     ///
     /// `pgsz` must be at most `PAGE_SIZE` or a value [`Self::best_page_size`] returned;
     /// otherwise `EINVAL`.
-    pub fn dma_blocks(&self, pgsz: u64) -> Result<DmaBlocks<'_>> {
+    pub fn dma_blocks(&mut self, pgsz: u64) -> Result<DmaBlocks<'_>> {
         if !pgsz.is_power_of_two() {
             return Err(EINVAL);
         }
-        if pgsz > crate::page::PAGE_SIZE as u64
-            && self.best_page_size(pgsz, self.address()) != Some(pgsz)
-        {
+        // SAFETY: `raw` is valid (type invariant).
+        let iova = unsafe { (*self.raw.as_ptr()).iova };
+        // The check keeps the device address a `best_page_size` call recorded.
+        if pgsz > crate::page::PAGE_SIZE as u64 && self.best_page_size(pgsz, iova) != Some(pgsz) {
             return Err(EINVAL);
         }
         // SAFETY: An all-zero iterator is its initial state; it is started below.

@@ -215,15 +215,17 @@ impl<'a, T: Driver> SendWrs<'a, T> {
                     return Err(EINVAL);
                 }
                 // SAFETY: The consumer holds the MR, an MR of this device, during the call;
-                // its iova/length/page_size were set by `ib_map_mr_sg` before posting.
-                let m = unsafe { &*r.mr };
+                // its iova/length/page_size were set by `ib_map_mr_sg` before posting. The MR
+                // is ib_core's live object: read field by field, not referenced.
+                let (iova, length, page_size) =
+                    unsafe { ((*r.mr).iova, (*r.mr).length, (*r.mr).page_size) };
                 reg_mr = Some(r.mr);
                 SendOp::RegMr {
                     key: r.key,
                     access: Access::new(r.access as u32),
-                    iova: m.iova,
-                    length: m.length,
-                    page_size: m.page_size,
+                    iova,
+                    length,
+                    page_size,
                 }
             }
             op @ (bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
