@@ -91,6 +91,10 @@ pub(crate) struct AdminQueue {
     out: Coherent<[u64]>,
     pos: RingPos,
     next_id: u16,
+    /// A command timed out or completed out of order: the device no longer follows the
+    /// protocol. Every later command fails at once (no timeout per command), and memory the
+    /// device was told about must not be freed (it may still be written).
+    dead: bool,
 }
 
 impl AdminQueue {
@@ -126,12 +130,21 @@ impl AdminQueue {
             out,
             pos: RingPos::START,
             next_id: 1,
+            dead: false,
         })
     }
 
     /// Runs one command and waits for its completion. `cmd` is the 128-byte command; its header
     /// `cmd_id` is filled in here. Returns the completion's `result`.
+    ///
+    /// A timeout or a completion for another command marks the queue dead: this and every
+    /// later command fail with `EIO` without waiting (one timeout in all, not one per
+    /// command: destroying a process's objects would otherwise spin for a second each with
+    /// interrupts off).
     pub(crate) fn exec(&mut self, bar: &Bar0<'_>, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
+        if self.dead {
+            return Err(EIO);
+        }
         let mut cmd = *cmd;
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
@@ -160,17 +173,33 @@ impl AdminQueue {
                 b[8..].copy_from_slice(&hi.to_le_bytes());
                 let cpl = hw::AdminCompletion::decode(&b);
                 if cpl.cmd_id != id {
+                    self.die("a completion for another command");
                     return Err(EIO);
                 }
                 status_to_error(cpl.status)?;
                 return Ok(cpl.result);
             }
             if waited_us >= i64::from(hw::ADMIN_TIMEOUT_MS) * 1000 {
-                return Err(ETIMEDOUT);
+                self.die("a command timed out");
+                return Err(EIO);
             }
             udelay(Delta::from_micros(POLL_US));
             waited_us += POLL_US;
         }
+    }
+
+    /// Whether the device stopped following the admin protocol (see [`Self::exec`]).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    fn die(&mut self, why: &str) {
+        self.dead = true;
+        pr_err!(
+            "ferrdma: admin queue: {}; the device is considered dead: no more commands, and \
+             memory it may still access is leaked rather than freed\n",
+            why
+        );
     }
 
     /// Runs a QUERY_* command for object `id` and returns the first `N` bytes it wrote.

@@ -11,7 +11,7 @@ use crate::{
     qp::set_av,
 };
 use kernel::{
-    infiniband::{Av, UData},
+    infiniband::{Av, Destroyed, UData},
     prelude::*,
 };
 
@@ -36,6 +36,7 @@ impl IbData<'_> {
         {
             return Err(EINVAL);
         }
+        crate::fault::step()?;
         let id = self
             .ids
             .lock()
@@ -48,14 +49,16 @@ impl IbData<'_> {
         cmd.pd = pd.id();
         // UD: the destination QP is per WQE; the flow label alone picks the UDP port.
         set_av(&mut cmd.attrs, av, 0);
-        let made = self.admin(&cmd.encode()).and_then(|_| match udata {
-            Some(u) => u
-                .respond(&CreateAhResp { ah_id: id }.encode())
-                .inspect_err(|_| {
-                    let _ = self.destroy_object(hw::admin_op::DESTROY_AH, id);
-                }),
-            None => Ok(()),
-        });
+        let made = crate::fault::step()
+            .and_then(|()| self.admin(&cmd.encode()))
+            .and_then(|_| match udata {
+                Some(u) => crate::fault::step()
+                    .and_then(|()| u.respond(&CreateAhResp { ah_id: id }.encode()))
+                    .inspect_err(|_| {
+                        let _ = self.destroy_object(hw::admin_op::DESTROY_AH, id);
+                    }),
+                None => Ok(()),
+            });
         if let Err(e) = made {
             self.ids.lock().ahs.free(id);
             return Err(e);
@@ -63,8 +66,10 @@ impl IbData<'_> {
         Ok(Ah { id })
     }
 
+    /// Destroys an AH; on a dead device it is only forgotten (an AH holds no memory the
+    /// device could access).
     pub(crate) fn destroy_ah(&self, ah: &Ah) -> Result {
-        self.destroy_object(hw::admin_op::DESTROY_AH, ah.id)?;
+        let _: Destroyed = self.retire(hw::admin_op::DESTROY_AH, ah.id)?;
         self.ids.lock().ahs.free(ah.id);
         Ok(())
     }

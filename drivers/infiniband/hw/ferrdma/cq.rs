@@ -14,7 +14,7 @@ use crate::{
     sizing,
 };
 use kernel::{
-    infiniband::{CqEvents, CqInitAttr, NewCq, UData},
+    infiniband::{CqEvents, CqInitAttr, Destroyed, NewCq, UData},
     prelude::*,
     sync::Arc,
 };
@@ -94,7 +94,7 @@ impl IbData<'_> {
                     cq_id: id,
                     cq_size: size,
                 };
-                if let Err(e) = udata.respond(&resp.encode()) {
+                if let Err(e) = crate::fault::step().and_then(|()| udata.respond(&resp.encode())) {
                     self.destroy_cq_id(id);
                     ring.release();
                     return Err(e);
@@ -138,7 +138,9 @@ impl IbData<'_> {
         if req.user_shadow_area != 0 && req.user_shadow_area != shadow_va {
             return Err(EINVAL);
         }
+        crate::fault::step()?;
         let pages = PageList::new(self.dev, ring.pages(0, used)?, hw::QUEUE_PAGE_SIZE)?;
+        crate::fault::step()?;
         let id = self
             .ids
             .lock()
@@ -153,7 +155,7 @@ impl IbData<'_> {
         cmd.db_page = ctx.db_page();
         cmd.shadow_addr = ring.page(cq_pages)?;
         cmd.ring = pages.descriptor();
-        if let Err(e) = self.admin(&cmd.encode()) {
+        if let Err(e) = crate::fault::step().and_then(|()| self.admin(&cmd.encode()).map(|_| ())) {
             self.ids.lock().cqs.free(id);
             return Err(e);
         }
@@ -165,24 +167,29 @@ impl IbData<'_> {
         self.ids.lock().cqs.free(id);
     }
 
-    /// Destroys the device CQ, then forgets it. If DESTROY_CQ fails nothing changes: a user
-    /// CQ lives on in ib_core (and keeps its events), a kernel CQ's ring is leaked, as the
-    /// device may still write it (ib_core frees a kernel CQ whatever we answer).
-    pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result {
-        if let Err(e) = self.destroy_object(hw::admin_op::DESTROY_CQ, cq.id) {
-            if let CqMem::Kernel(k) = &cq.mem {
-                core::mem::forget(k.clone());
+    /// Destroys the device CQ, then forgets it. If DESTROY_CQ fails on a live device nothing
+    /// changes: a user CQ lives on in ib_core (and keeps its events), a kernel CQ's ring is
+    /// leaked, as the device may still write it (ib_core frees a kernel CQ whatever we
+    /// answer). On a dead device the CQ is forgotten and its memory abandoned.
+    pub(crate) fn destroy_cq(&self, cq: &Cq) -> Result<Destroyed> {
+        let how = match self.retire(hw::admin_op::DESTROY_CQ, cq.id) {
+            Ok(how) => how,
+            Err(e) => {
+                if let CqMem::Kernel(k) = &cq.mem {
+                    core::mem::forget(k.clone());
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         // Events until here went to a live CQ (the abstraction revokes the handle only when
         // we return); after DESTROY_CQ the device writes nothing more for this id.
         self.tables.lock().set_cq(cq.id, None);
         self.ids.lock().cqs.free(cq.id);
+        // An abandoned CQ keeps a reference to its ring registration (and its pinned pages).
         if let CqMem::User { ring, .. } = &cq.mem {
             ring.release();
         }
-        Ok(())
+        Ok(how)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::{
 };
 use kernel::{
     device::Core,
-    infiniband::{Msix, Registration, RegistrationParams},
+    infiniband::{MmioWindow, Msix, Registration, RegistrationParams},
     io::Io,
     pci,
     prelude::*,
@@ -176,7 +176,7 @@ impl pci::Driver for FerrdmaDriver {
                 && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
             {
                 (
-                    Some(pdev.resource_start(hw::DB_BAR_INDEX)?),
+                    Some(MmioWindow::from_pci_bar(pdev, hw::DB_BAR_INDEX)?),
                     Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(
                         hw::DB_BAR_INDEX,
                         c"ferrdma-db",
@@ -206,6 +206,7 @@ impl pci::Driver for FerrdmaDriver {
                 Some(Msix {
                     pdev,
                     vectors: nvec,
+                    name: c"ferrdma",
                 }),
                 IbData::new(
                     pdev.as_ref(),

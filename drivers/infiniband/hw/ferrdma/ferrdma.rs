@@ -13,6 +13,7 @@ mod caps;
 mod cq;
 mod driver;
 mod eq;
+mod fault;
 mod ibdev;
 mod id_alloc;
 // Shared with the device model, which uses every item: here only a part is reachable.
@@ -39,6 +40,10 @@ kernel::module_pci_driver! {
         ceq_moderation_us: u32 {
             default: 0,
             description: "Least time between two completion interrupts of one CEQ in microseconds (0: every event at once; at most the device's limit, 8160 on ferrdma-nic)",
+        },
+        fault_every: u32 {
+            default: 0,
+            description: "Test only: every Nth fallible step of creating a verbs object fails with ENOMEM (0: none)",
         },
     },
 }

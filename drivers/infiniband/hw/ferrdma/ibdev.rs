@@ -12,6 +12,7 @@ use crate::{
     eq::EventQueue,
     id_alloc::IdBitmap,
     interface as hw,
+    kqp::filled,
     kqp::KQp,
     mr::{Mr, RingReg},
     qp::Qp,
@@ -20,15 +21,19 @@ use crate::{
 use kernel::{
     device,
     infiniband::{
-        self, Access, Av, CqEvents, CqInitAttr, CqNotify, DeviceAttr, DriverId, IoMmap, Mtu, NewCq,
-        NewMr, NewQp, QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery, QpRef, RecvWrs, RocePort,
-        SendWrs, UContextInit, UData, Umem, UserMrRequest, WcSink,
+        self, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr, DriverId,
+        MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery,
+        QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem, UserMrRequest, WcSink,
     },
     io::Io,
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
     prelude::*,
-    sync::{Arc, Mutex, SpinLockIrq},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc, Mutex, SpinLockIrq,
+    },
+    task::Kuid,
 };
 
 /// The RDMA side of the ferrdma driver.
@@ -54,8 +59,8 @@ pub(crate) struct IbData<'a> {
     pub(crate) dev: &'a device::Device<device::Bound>,
     /// The port MAC, as the device reports it.
     mac: [u8; 6],
-    /// Bus address of the doorbell BAR, if the function has one.
-    doorbells: Option<u64>,
+    /// The doorbell BAR, if the function has one: user contexts map their pages of it.
+    doorbells: Option<MmioWindow<'a>>,
     /// The device's limits (QUERY_CAPS).
     pub(crate) caps: Caps,
     /// Taken with interrupts off: ib_cm creates and destroys AHs under its `cm_id_priv`
@@ -64,6 +69,9 @@ pub(crate) struct IbData<'a> {
     /// interrupt could spin on the cm lock held by a CPU that spins on this one.
     #[pin]
     pub(crate) ids: SpinLockIrq<Ids>,
+    /// Overflows and unknown entries the event queues delivered: a device can send them as
+    /// fast as interrupts run, so only some are logged.
+    odd_events: LogLimit,
     /// Event delivery handles by CQ and QP id, read by the interrupt handlers.
     #[pin]
     pub(crate) tables: SpinLockIrq<Tables>,
@@ -79,19 +87,22 @@ pub(crate) struct IbData<'a> {
 /// Ids handed out to verbs objects.
 pub(crate) struct Ids {
     /// Doorbell pages, one per user context.
-    db_pages: IdBitmap<{ hw::DB_PAGES as usize / 64 }>,
+    db_pages: IdBitmap,
+    /// The user (effective uid) that opened the context owning each doorbell page.
+    db_owners: KVec<Option<Kuid>>,
     /// Protection domain numbers; 0 is never used.
-    pds: IdBitmap<{ MAX_PD as usize / 64 }>,
+    pds: IdBitmap,
     /// CQ ids.
-    pub(crate) cqs: IdBitmap<{ hw::MAX_CQ as usize / 64 }>,
+    pub(crate) cqs: IdBitmap,
     /// QP ids (0 and 1 are reserved).
-    pub(crate) qps: IdBitmap<{ hw::MAX_QP as usize / 64 }>,
+    pub(crate) qps: IdBitmap,
     /// MR table indexes.
-    pub(crate) mrs: IdBitmap<{ hw::MAX_MR as usize / 64 }>,
-    /// The consumer key of the last STag, varied so a stale key misses.
-    pub(crate) mr_key: u8,
+    pub(crate) mrs: IdBitmap,
+    /// The consumer key each MR table entry had last: its next key differs, so a key kept
+    /// after deregistration misses whoever takes the entry next.
+    pub(crate) mr_keys: KVec<u8>,
     /// AH ids.
-    pub(crate) ahs: IdBitmap<{ hw::MAX_AH as usize / 64 }>,
+    pub(crate) ahs: IdBitmap,
 }
 
 /// CQs and QPs the interrupt handlers may deliver events to.
@@ -154,11 +165,86 @@ impl Tables {
 /// Protection domains per function.
 const MAX_PD: u32 = 1 << 16;
 
+/// Bounds how often a condition the device can repeat at will is logged (interrupt handlers
+/// cannot afford a line per event): the first [`Self::FIRST`], then one in
+/// [`Self::EVERY`].
+pub(crate) struct LogLimit {
+    seen: Atomic<u32>,
+}
+
+impl LogLimit {
+    const FIRST: u32 = 10;
+    const EVERY: u32 = 1000;
+
+    pub(crate) const fn new() -> Self {
+        Self {
+            seen: Atomic::new(0),
+        }
+    }
+
+    /// Counts one occurrence; returns the count so far when this one should be logged.
+    pub(crate) fn report(&self) -> Option<u32> {
+        let n = self.seen.fetch_add(1, Relaxed).wrapping_add(1);
+        log_this(n).then_some(n)
+    }
+}
+
+/// Whether the `n`-th occurrence (from 1) is logged.
+const fn log_this(n: u32) -> bool {
+    n <= LogLimit::FIRST || n % LogLimit::EVERY == 0
+}
+
+/// User contexts one user may hold: a quarter of the doorbell pages (page 0 is the kernel's),
+/// so that one unprivileged user cannot lock everyone else out of the device.
+pub(crate) const MAX_CONTEXTS_PER_USER: usize = (hw::DB_PAGES as usize - 1) / 4;
+
+impl Ids {
+    /// Every pool empty. Everything big is on the heap (see [`IdBitmap`]): this value is
+    /// built on the stack of probe.
+    fn new() -> Result<Self> {
+        Ok(Self {
+            db_pages: IdBitmap::new(hw::DB_PAGES)?,
+            db_owners: filled(hw::DB_PAGES, None)?,
+            pds: IdBitmap::new(MAX_PD)?,
+            cqs: IdBitmap::new(hw::MAX_CQ)?,
+            qps: IdBitmap::new(hw::MAX_QP)?,
+            mrs: IdBitmap::new(hw::MAX_MR)?,
+            mr_keys: filled(hw::MAX_MR, 0)?,
+            ahs: IdBitmap::new(hw::MAX_AH)?,
+        })
+    }
+
+    /// Takes a doorbell page for a context of user `uid`: `EDQUOT` when the user holds
+    /// [`MAX_CONTEXTS_PER_USER`] already, `ENOMEM` when none is free.
+    fn alloc_db_page(&mut self, uid: Kuid) -> Result<u32> {
+        let held = self
+            .db_owners
+            .iter()
+            .filter(|o| o.is_some_and(|u| u == uid))
+            .count();
+        if held >= MAX_CONTEXTS_PER_USER {
+            return Err(EDQUOT);
+        }
+        let page = self.db_pages.alloc(1).ok_or(ENOMEM)?;
+        if let Some(o) = self.db_owners.get_mut(page as usize) {
+            *o = Some(uid);
+        }
+        Ok(page)
+    }
+
+    fn free_db_page(&mut self, page: u32) {
+        if let Some(o) = self.db_owners.get_mut(page as usize) {
+            *o = None;
+        }
+        self.db_pages.free(page);
+    }
+}
+
 /// What probe found out about the function.
 pub(crate) struct FunctionInfo<'a> {
     pub(crate) kdb: Option<DbPage<'a>>,
     pub(crate) mac: [u8; 6],
-    pub(crate) doorbells: Option<u64>,
+    pub(crate) doorbells: Option<MmioWindow<'a>>,
     pub(crate) caps: Caps,
 }
 
@@ -180,15 +266,8 @@ impl<'a> IbData<'a> {
             mac: info.mac,
             doorbells: info.doorbells,
             caps: info.caps,
-            ids <- new_spinlock_irq!(Ids {
-                db_pages: IdBitmap::new(),
-                pds: IdBitmap::new(),
-                cqs: IdBitmap::new(),
-                qps: IdBitmap::new(),
-                mrs: IdBitmap::new(),
-                mr_key: 0,
-                ahs: IdBitmap::new(),
-            }),
+            ids <- new_spinlock_irq!(Ids::new()?),
+            odd_events: LogLimit::new(),
             tables <- new_spinlock_irq!(Tables::new()?),
             rings <- new_mutex!(KVec::new()),
             link <- new_mutex!(None),
@@ -216,6 +295,23 @@ impl<'a> IbData<'a> {
         cmd.hdr = header(opcode);
         cmd.id = id;
         self.admin(&cmd.encode()).map(|_| ())
+    }
+
+    /// Whether the device stopped following the admin protocol (a command timed out).
+    pub(crate) fn device_dead(&self) -> bool {
+        self.admin.lock().is_dead()
+    }
+
+    /// Destroys device object `id` for a destroy verb: `Released` when the device did;
+    /// `Abandoned` when the device is dead, so the verb still succeeds (ib_core and its
+    /// users can tear down) while the object's memory is leaked, not freed under a device
+    /// that may still access it; the device's error otherwise (the object stays).
+    pub(crate) fn retire(&self, opcode: u8, id: u32) -> Result<Destroyed> {
+        match self.destroy_object(opcode, id) {
+            Ok(()) => Ok(Destroyed::Released),
+            Err(_) if self.device_dead() => Ok(Destroyed::Abandoned),
+            Err(e) => Err(e),
+        }
     }
 
     /// Number of completion event queues.
@@ -263,22 +359,84 @@ impl<'a> IbData<'a> {
             // Port state follows the bound netdev in ib_core; nothing to add here.
             (eqe_kind::PORT, _) => {}
             (_, ae::EQ_OVERFLOW) => {
-                pr_warn!("ferrdma: event queue {} overflowed, events lost\n", e.id);
+                if let Some(n) = self.odd_events.report() {
+                    pr_warn!(
+                        "ferrdma: event queue {} overflowed, events lost ({} odd events)\n",
+                        e.id,
+                        n
+                    );
+                }
             }
             _ => {
-                pr_warn!(
-                    "ferrdma: unknown event kind {} code {:#x}\n",
-                    e.kind,
-                    e.code
-                );
+                if let Some(n) = self.odd_events.report() {
+                    pr_warn!(
+                        "ferrdma: unknown event kind {} code {:#x} ({} odd events)\n",
+                        e.kind,
+                        e.code,
+                        n
+                    );
+                }
             }
         }
+    }
+}
+
+impl Ids {
+    /// Ids still taken, by kind: doorbell pages, PDs, CQs, QPs, MRs, AHs.
+    fn in_use(&self) -> [u32; 6] {
+        [
+            self.db_pages.in_use(),
+            self.pds.in_use(),
+            self.cqs.in_use(),
+            self.qps.in_use(),
+            self.mrs.in_use(),
+            self.ahs.in_use(),
+        ]
+    }
+}
+
+impl Tables {
+    /// Event handles and kernel QP rings still published: CQs, QPs, kernel QPs.
+    fn in_use(&self) -> [usize; 3] {
+        [
+            self.cqs.iter().filter(|e| e.is_some()).count(),
+            self.qps.iter().filter(|e| e.is_some()).count(),
+            self.kqps.iter().filter(|e| e.is_some()).count(),
+        ]
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for IbData<'_> {
     fn drop(self: Pin<&mut Self>) {
+        // ib_core has destroyed every object by now (the registration unregistered the
+        // device first): an id or handle still held is a create or destroy path that forgot
+        // to give it back.
+        let ids = self.ids.lock().in_use();
+        let handles = self.tables.lock().in_use();
+        if kernel::warn_on!(ids.iter().any(|&n| n != 0) || handles.iter().any(|&n| n != 0)) {
+            dev_err!(
+                self.dev,
+                "leaked at removal: {} doorbell pages, {} PDs, {} CQs, {} QPs, {} MRs, {} AHs; \
+                 published: {} CQ handles, {} QP handles, {} kernel QPs\n",
+                ids[0],
+                ids[1],
+                ids[2],
+                ids[3],
+                ids[4],
+                ids[5],
+                handles[0],
+                handles[1],
+                handles[2]
+            );
+        }
+        if crate::fault::injected() > 0 {
+            dev_info!(
+                self.dev,
+                "fault injection: {} steps failed\n",
+                crate::fault::injected()
+            );
+        }
         self.bar
             .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
     }
@@ -324,7 +482,6 @@ impl IbData<'_> {
 /// A user context: it owns one doorbell page, mapped into its process.
 pub(crate) struct UContext {
     db_page: u32,
-    db: IoMmap,
 }
 
 impl UContext {
@@ -457,7 +614,7 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn alloc_ucontext(
         data: &IbData<'_>,
-        ctx: &UContextInit<'_>,
+        ctx: &mut UContextInit<'_>,
         udata: &mut UData<'_>,
     ) -> Result<UContext> {
         let mut req = [0u8; AllocUcontextReq::SIZE];
@@ -472,37 +629,45 @@ impl infiniband::Driver for FerrdmaIb {
         if udata.outlen() < 64 {
             return Err(EOPNOTSUPP);
         }
-        let doorbells = data.doorbells.ok_or(EOPNOTSUPP)?;
+        let doorbells = data.doorbells.as_ref().ok_or(EOPNOTSUPP)?;
+        crate::fault::step()?;
         // Page 0 is the kernel's own (manual, "Doorbell BAR").
-        let db_page = data.ids.lock().db_pages.alloc(1).ok_or(ENOMEM)?;
-        let mapped = ctx
-            .insert_io_mmap(
-                doorbells + u64::from(db_page) * hw::DB_PAGE_SIZE as u64,
-                hw::DB_PAGE_SIZE,
-            )
-            .and_then(|db| {
-                udata.respond(&ucontext_resp(&data.caps, db.offset()).encode())?;
-                Ok(db)
+        let db_page = data.ids.lock().alloc_db_page(Kuid::current_euid())?;
+        // A failure after the insertion needs no undo here: the abstraction withdraws the
+        // offer when alloc_ucontext fails.
+        let offered = crate::fault::step()
+            .and_then(|()| {
+                ctx.insert_io_mmap(
+                    doorbells,
+                    u64::from(db_page) * hw::DB_PAGE_SIZE as u64,
+                    hw::DB_PAGE_SIZE,
+                )
+            })
+            .and_then(|key| {
+                crate::fault::step()?;
+                udata.respond(&ucontext_resp(&data.caps, key).encode())
             });
-        match mapped {
-            Ok(db) => Ok(UContext { db_page, db }),
+        match offered {
+            Ok(()) => Ok(UContext { db_page }),
             Err(e) => {
-                data.ids.lock().db_pages.free(db_page);
+                data.ids.lock().free_db_page(db_page);
                 Err(e)
             }
         }
     }
 
     fn dealloc_ucontext(data: &IbData<'_>, ctx: UContext) {
-        let UContext { db_page, db } = ctx;
-        drop(db);
-        data.ids.lock().db_pages.free(db_page);
+        // The abstraction has withdrawn the page's mapping offer by now.
+        data.ids.lock().free_db_page(ctx.db_page);
     }
 
     fn alloc_pd(data: &IbData<'_>, udata: Option<&mut UData<'_>>) -> Result<Pd> {
+        crate::fault::step()?;
         let id = data.ids.lock().pds.alloc(1).ok_or(ENOMEM)?;
         if let Some(u) = udata {
-            if let Err(e) = u.respond(&AllocPdResp { pd_id: id }.encode()) {
+            if let Err(e) =
+                crate::fault::step().and_then(|()| u.respond(&AllocPdResp { pd_id: id }.encode()))
+            {
                 data.ids.lock().pds.free(id);
                 return Err(e);
             }
@@ -565,7 +730,7 @@ impl infiniband::Driver for FerrdmaIb {
         data.reg_user_mr(ctx, pd, req, umem, udata)
     }
 
-    fn dereg_mr(data: &IbData<'_>, mr: &Mr) -> Result {
+    fn dereg_mr(data: &IbData<'_>, mr: &Mr) -> Result<Destroyed> {
         data.dereg_mr(mr)
     }
 
@@ -579,7 +744,7 @@ impl infiniband::Driver for FerrdmaIb {
         data.create_cq(ctx, attr, events, udata)
     }
 
-    fn destroy_cq(data: &IbData<'_>, cq: &Cq) -> Result {
+    fn destroy_cq(data: &IbData<'_>, cq: &Cq) -> Result<Destroyed> {
         data.destroy_cq(cq)
     }
 
@@ -671,7 +836,7 @@ impl infiniband::Driver for FerrdmaIb {
         data.query_qp(qp)
     }
 
-    fn destroy_qp(data: &IbData<'_>, qp: &Qp) -> Result {
+    fn destroy_qp(data: &IbData<'_>, qp: &Qp) -> Result<Destroyed> {
         data.destroy_qp(qp)
     }
 
@@ -693,6 +858,22 @@ impl infiniband::Driver for FerrdmaIb {
 #[kunit_tests(ferrdma_ibdev)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn odd_events_are_logged_first_then_sparsely() {
+        let logged: KVec<u32> = {
+            let mut v = KVec::new();
+            for n in 1..=3000 {
+                if log_this(n) {
+                    let _ = v.push(n, GFP_KERNEL);
+                }
+            }
+            v
+        };
+        assert_eq!(logged.len(), 13);
+        assert_eq!(logged[9], 10);
+        assert_eq!(&logged[10..], &[1000, 2000, 3000]);
+    }
 
     #[test]
     fn gid_and_port_commands_put_fields_at_the_manuals_offsets() {

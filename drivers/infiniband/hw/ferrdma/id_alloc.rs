@@ -4,15 +4,24 @@
 
 use kernel::prelude::*;
 
-/// Ids `0..64 * WORDS`, lowest free first.
-pub(crate) struct IdBitmap<const WORDS: usize> {
-    words: [u64; WORDS],
+/// Ids `0..n` (`n` rounded up to a multiple of 64), lowest free first.
+///
+/// The bitmap lives on the heap: the pools of one function add up to kilobytes (8 KiB of PD
+/// numbers alone), which must never be built on the kernel stack (probe runs deep in
+/// insmod's).
+pub(crate) struct IdBitmap {
+    words: KVec<u64>,
 }
 
-impl<const WORDS: usize> IdBitmap<WORDS> {
-    /// All ids free.
-    pub(crate) const fn new() -> Self {
-        Self { words: [0; WORDS] }
+impl IdBitmap {
+    /// `n` ids, all free.
+    pub(crate) fn new(n: u32) -> Result<Self> {
+        let count = n.div_ceil(64) as usize;
+        let mut words = KVec::with_capacity(count, GFP_KERNEL)?;
+        for _ in 0..count {
+            words.push(0, GFP_KERNEL)?;
+        }
+        Ok(Self { words })
     }
 
     /// Takes the lowest free id at or above `min`; `None` when all are taken.
@@ -48,6 +57,11 @@ impl<const WORDS: usize> IdBitmap<WORDS> {
         }
     }
 
+    /// How many ids are taken.
+    pub(crate) fn in_use(&self) -> u32 {
+        self.words.iter().map(|w| w.count_ones()).sum()
+    }
+
     /// Returns `id` to the pool; ids out of range or not taken are ignored.
     pub(crate) fn free(&mut self, id: u32) {
         if let Some(w) = self.words.get_mut((id / 64) as usize) {
@@ -61,27 +75,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lowest_free_id_first_and_reuse() {
-        let mut b = IdBitmap::<2>::new();
+    fn lowest_free_id_first_and_reuse() -> Result {
+        let mut b = IdBitmap::new(128)?;
         assert_eq!(b.alloc(0), Some(0));
         assert_eq!(b.alloc(0), Some(1));
         b.free(0);
         assert_eq!(b.alloc(0), Some(0));
         assert_eq!(b.alloc(0), Some(2));
+        Ok(())
     }
 
     #[test]
-    fn minimum_is_honoured_across_words() {
-        let mut b = IdBitmap::<2>::new();
+    fn minimum_is_honoured_across_words() -> Result {
+        let mut b = IdBitmap::new(128)?;
         assert_eq!(b.alloc(1), Some(1));
         assert_eq!(b.alloc(70), Some(70));
         assert_eq!(b.alloc(64), Some(64));
         assert_eq!(b.alloc(128), None);
+        Ok(())
     }
 
     #[test]
-    fn exhaustion_and_bad_frees() {
-        let mut b = IdBitmap::<1>::new();
+    fn exhaustion_and_bad_frees() -> Result {
+        let mut b = IdBitmap::new(64)?;
         for i in 0..64 {
             assert_eq!(b.alloc(0), Some(i));
         }
@@ -90,11 +106,12 @@ mod tests {
         assert_eq!(b.alloc(0), None);
         b.free(63);
         assert_eq!(b.alloc(0), Some(63));
+        Ok(())
     }
 
     #[test]
-    fn alloc_in_respects_the_limit() {
-        let mut b = IdBitmap::<2>::new();
+    fn alloc_in_respects_the_limit() -> Result {
+        let mut b = IdBitmap::new(128)?;
         assert_eq!(b.alloc_in(1, 3), Some(1));
         assert_eq!(b.alloc_in(1, 3), Some(2));
         assert_eq!(b.alloc_in(1, 3), None);
@@ -102,5 +119,6 @@ mod tests {
         assert_eq!(b.alloc_in(1, 4), Some(3));
         b.free(2);
         assert_eq!(b.alloc_in(1, 3), Some(2));
+        Ok(())
     }
 }

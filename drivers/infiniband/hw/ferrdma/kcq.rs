@@ -162,8 +162,11 @@ impl IbData<'_> {
         self.kernel_doorbells()?;
         // Every completion may take two slots (immediate data), and one slot stays free.
         let size = (2 * (attr.cqe + 1)).max(hw::MIN_CQ_ENTRIES);
+        crate::fault::step()?;
         let ring = Coherent::<u64>::zeroed_slice(self.dev, size as usize * 4, GFP_KERNEL)?;
+        crate::fault::step()?;
         let shadow = Coherent::<u64>::zeroed_slice(self.dev, 8, GFP_KERNEL)?;
+        crate::fault::step()?;
         let id = self
             .ids
             .lock()
@@ -185,17 +188,22 @@ impl IbData<'_> {
             rsvd0: 0,
             rsvd1: 0,
         };
-        let kcq = Arc::pin_init(
-            pin_init!(KCq {
-                id,
-                size,
-                ring,
-                shadow,
-                pos <- new_spinlock_irq!(CqPos { head: 0, polarity: true }),
-            }),
-            GFP_KERNEL,
-        );
-        let made = kcq.and_then(|k| self.admin(&cmd.encode()).map(|_| k));
+        let kcq = crate::fault::step().and_then(|()| {
+            Arc::pin_init(
+                pin_init!(KCq {
+                    id,
+                    size,
+                    ring,
+                    shadow,
+                    pos <- new_spinlock_irq!(CqPos { head: 0, polarity: true }),
+                }),
+                GFP_KERNEL,
+            )
+        });
+        let made = kcq.and_then(|k| {
+            crate::fault::step()?;
+            self.admin(&cmd.encode()).map(|_| k)
+        });
         match made {
             Ok(k) => {
                 self.tables.lock().set_cq(id, Some(events));

@@ -10,7 +10,7 @@ use crate::{
     interface as hw,
     kcq::KCq,
     kwqe::{self, Frag, Payload, SqFlags, SqOp, QUANTUM_QWORDS},
-    qp::Qp,
+    qp::{new_soft, Qp},
     sizing::{self, QpRings},
     sq_track::{SqEntry, SqTrack},
 };
@@ -68,7 +68,7 @@ pub(crate) struct KQp {
     rq: SpinLockIrq<Rq>,
 }
 
-fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
+pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
     let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         out.push(v, GFP_KERNEL)?;
@@ -263,17 +263,20 @@ impl IbData<'_> {
             c.max_recv_sge.max(1),
             &self.caps,
         )?;
+        crate::fault::step()?;
         let sq_ring = Coherent::<u64>::zeroed_slice(
             self.dev,
             rings.sq_depth as usize * QUANTUM_QWORDS,
             GFP_KERNEL,
         )?;
         let rq_wqes = rings.actual_rq_size();
+        crate::fault::step()?;
         let rq_ring = Coherent::<u64>::zeroed_slice(
             self.dev,
             rings.rq_depth as usize * QUANTUM_QWORDS,
             GFP_KERNEL,
         )?;
+        crate::fault::step()?;
         let shadow = Coherent::<u64>::zeroed_slice(self.dev, 8, GFP_KERNEL)?;
         let contig = |addr: u64, quanta: u32| hw::PageList {
             addr,
@@ -299,8 +302,11 @@ impl IbData<'_> {
             e
         };
         let signal_all = attr.signal_all;
+        crate::fault::step().map_err(undo)?;
         let track = SqTrack::new(rings.sq_depth).map_err(undo)?;
+        crate::fault::step().map_err(undo)?;
         let wr_ids = filled(rq_wqes, 0u64).map_err(undo)?;
+        crate::fault::step().map_err(undo)?;
         let kqp = Arc::pin_init(
             pin_init!(KQp {
                 id,
@@ -351,15 +357,22 @@ impl IbData<'_> {
         // Non-zero: CQEs of a destroyed QP get context 0 and are skipped.
         cmd.compl_ctx = 1 << 63 | u64::from(id);
         cmd.flags = hw::QP_FLAG_PRIVILEGED;
+        // Everything that can fail comes before the device command, and nothing is
+        // published before it succeeded: a failure here leaves no device QP, no handle in
+        // the tables and no id behind.
+        let soft = new_soft(id).map_err(undo)?;
+        crate::fault::step().map_err(undo)?;
         self.admin(&cmd.encode()).map_err(undo)?;
 
         // What the rings really hold, as libirdma computes it for its own QPs.
         attr.cap.max_send_wr = (rings.sq_depth - sizing::SQ_RESERVED) >> rings.sq_shift;
         attr.cap.max_recv_wr = rq_wqes - 1;
-        self.tables.lock().set_kqp(id, Some(kqp.clone()));
-        self.tables.lock().set_qp(id, Some(events));
+        let qp = Qp::new_kernel(id, attr.qp_type, attr.cap, kqp.clone(), soft);
+        let mut tables = self.tables.lock();
+        tables.set_kqp(id, Some(kqp));
+        tables.set_qp(id, Some(events));
         Ok(NewQp {
-            value: Qp::new_kernel(id, attr.qp_type, attr.cap, kqp)?,
+            value: qp,
             qp_num: id,
         })
     }

@@ -17,7 +17,7 @@ use crate::{
 };
 use kernel::{
     dma::Coherent,
-    infiniband::{Access, NewMr, UData, Umem, UserMrRequest},
+    infiniband::{self, Access, Destroyed, NewMr, UData, Umem, UserMrRequest},
     io::io_write,
     prelude::*,
     sync::{
@@ -187,12 +187,18 @@ pub(crate) fn mr_access(a: Access) -> Result<u32> {
 }
 
 /// The bus addresses of `umem`'s `n` blocks of `pgsz` bytes.
-fn dma_addresses(umem: &Umem, pgsz: u64, n: usize) -> Result<KVec<u64>> {
+fn dma_addresses(umem: &mut Umem, pgsz: u64, n: usize) -> Result<KVec<u64>> {
     let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
     for a in umem.dma_blocks(pgsz)? {
         addrs.push(a, GFP_KERNEL)?;
     }
     Ok(addrs)
+}
+
+/// The consumer key after `prev` for random byte `r`: uniform over the 255 keys other than
+/// `prev`.
+pub(crate) const fn next_key(prev: u8, r: u8) -> u8 {
+    prev ^ (1 + r % 255)
 }
 
 /// The STag of MR table entry `index` with consumer key `key`.
@@ -206,7 +212,7 @@ impl IbData<'_> {
         ctx: &UContext,
         pd: &Pd,
         req: &UserMrRequest,
-        umem: Umem,
+        mut umem: Umem,
         udata: &mut UData<'_>,
     ) -> Result<NewMr<Mr>> {
         if udata.inlen() < MemRegReq::SIZE {
@@ -246,7 +252,9 @@ impl IbData<'_> {
         if n < need as usize || n > hw::MAX_PBL_PAGES as usize {
             return Err(EINVAL);
         }
-        let pages = dma_addresses(&umem, RING_PAGE, n)?;
+        crate::fault::step()?;
+        let pages = dma_addresses(&mut umem, RING_PAGE, n)?;
+        crate::fault::step()?;
         let ring = Arc::new(
             RingReg {
                 owner: ctx.db_page(),
@@ -258,6 +266,7 @@ impl IbData<'_> {
             },
             GFP_KERNEL,
         )?;
+        crate::fault::step()?;
         self.rings.lock().push(ring.clone(), GFP_KERNEL)?;
         Ok(NewMr {
             value: Mr::Ring(ring),
@@ -266,7 +275,7 @@ impl IbData<'_> {
         })
     }
 
-    fn reg_mem(&self, pd: &Pd, req: &UserMrRequest, umem: Umem) -> Result<NewMr<Mr>> {
+    fn reg_mem(&self, pd: &Pd, req: &UserMrRequest, mut umem: Umem) -> Result<NewMr<Mr>> {
         let access = mr_access(req.access)?;
         // The device writes an MR only with one of these rights (RECV scatter and RDMA READ
         // responses need LOCAL_WRITE, inbound RDMA WRITE needs REMOTE_WRITE), and ib_core
@@ -286,7 +295,9 @@ impl IbData<'_> {
         if n == 0 || n > hw::MAX_PBL_PAGES as usize {
             return Err(EINVAL);
         }
-        let addrs = dma_addresses(&umem, pgsz, n)?;
+        crate::fault::step()?;
+        let addrs = dma_addresses(&mut umem, pgsz, n)?;
+        crate::fault::step()?;
         let pages = PageList::new(self.dev, &addrs, pgsz)?;
         drop(addrs);
 
@@ -317,16 +328,24 @@ impl IbData<'_> {
     /// admin command that makes the MR under the new STag. The entry is given back if `create`
     /// fails. Returns the entry's index and the STag.
     fn alloc_stag(&self, create: impl FnOnce(u32) -> Result) -> Result<(u32, u32)> {
+        crate::fault::step()?;
         let (index, key) = {
             let mut ids = self.ids.lock();
             let index = ids
                 .mrs
                 .alloc_in(1, self.caps.max_mr.min(hw::MAX_MR))
                 .ok_or(ENOMEM)?;
-            ids.mr_key = ids.mr_key.wrapping_add(0x35);
-            (index, ids.mr_key)
+            // Unpredictable, so a process cannot guess another's rkey from its own, and
+            // never the entry's previous key.
+            let slot = ids.mr_keys.get_mut(index as usize).ok_or(EINVAL)?;
+            *slot = next_key(*slot, infiniband::mr::new_key());
+            (index, *slot)
         };
         let stag = stag(index, key);
+        if let Err(e) = crate::fault::step() {
+            self.ids.lock().mrs.free(index);
+            return Err(e);
+        }
         if let Err(e) = create(stag) {
             self.ids.lock().mrs.free(index);
             return Err(e);
@@ -334,12 +353,14 @@ impl IbData<'_> {
         Ok((index, stag))
     }
 
-    pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result {
+    /// Deregisters an MR; on a dead device the MR is forgotten and what it maps abandoned
+    /// (see [`IbData::retire`]).
+    pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result<Destroyed> {
         match mr {
             Mr::Mem { stag, .. } => {
-                self.destroy_object(hw::admin_op::DEREG_MR, *stag)?;
+                let how = self.retire(hw::admin_op::DEREG_MR, *stag)?;
                 self.ids.lock().mrs.free(hw::stag_index(*stag));
-                Ok(())
+                Ok(how)
             }
             Mr::Ring(ring) => {
                 // Under the lock `claim_ring` claims under, so a racing create cannot take
@@ -350,14 +371,14 @@ impl IbData<'_> {
                 }
                 let target: &RingReg = ring;
                 rings.retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
-                Ok(())
+                Ok(Destroyed::Released)
             }
-            Mr::LocalDma => Ok(()),
+            Mr::LocalDma => Ok(Destroyed::Released),
             Mr::FastReg(f) => {
                 // The device ignores the key of a fast-registration MR here (FAST_REG owns it).
-                self.destroy_object(hw::admin_op::DEREG_MR, stag(f.index, 0))?;
+                let how = self.retire(hw::admin_op::DEREG_MR, stag(f.index, 0))?;
                 self.ids.lock().mrs.free(f.index);
-                Ok(())
+                Ok(how)
             }
         }
     }
@@ -373,6 +394,7 @@ impl IbData<'_> {
         if max_num_sg == 0 || max_num_sg > limit {
             return Err(EINVAL);
         }
+        crate::fault::step()?;
         let pages = Coherent::<u64>::zeroed_slice(self.dev, max_num_sg as usize, GFP_KERNEL)?;
         let (index, stag) = self.alloc_stag(|stag| {
             let mut cmd = hw::AllocMr::decode(&[0; hw::AllocMr::SIZE]);
@@ -412,6 +434,7 @@ impl IbData<'_> {
     /// libirdma registers a ring right before creating its object, so a missing one is a
     /// protocol error (`EPROTO`, as irdma answers).
     pub(crate) fn claim_ring(&self, ctx: &UContext, va: u64, is_qp: bool) -> Result<Arc<RingReg>> {
+        crate::fault::step()?;
         let rings = self.rings.lock();
         for r in rings.iter() {
             if r.owner != ctx.db_page() || r.va != va {
@@ -487,6 +510,17 @@ mod tests {
             4096
         )
         .is_err());
+    }
+
+    #[test]
+    fn next_key_never_repeats_and_reaches_every_other_key() {
+        let mut seen = [false; 256];
+        for r in 0..=255u8 {
+            let k = next_key(0x35, r);
+            assert_ne!(k, 0x35);
+            seen[k as usize] = true;
+        }
+        assert_eq!(seen.iter().filter(|&&s| s).count(), 255);
     }
 
     #[test]

@@ -17,7 +17,8 @@ use kernel::{
     infiniband::{
         av::udp_sport,
         qp::{attr_mask as m, transition_ok},
-        Access, Av, NewQp, QpAttr, QpCap, QpEvents, QpInitAttr, QpQuery, QpState, QpType, UData,
+        Access, Av, Destroyed, NewQp, QpAttr, QpCap, QpEvents, QpInitAttr, QpQuery, QpState,
+        QpType, UData,
     },
     new_mutex,
     prelude::*,
@@ -26,7 +27,7 @@ use kernel::{
 
 /// What the driver remembers of a QP's attributes (for query and for derived fields).
 #[derive(Clone, Copy)]
-struct Soft {
+pub(crate) struct Soft {
     state: QpState,
     attrs: hw::QpAttrs,
 }
@@ -53,7 +54,8 @@ pub(crate) struct Qp {
 }
 
 /// The driver's attributes of a fresh QP.
-fn new_soft(id: u32) -> Result<Pin<KBox<Mutex<Soft>>>> {
+pub(crate) fn new_soft(id: u32) -> Result<Pin<KBox<Mutex<Soft>>>> {
+    crate::fault::step()?;
     let mut attrs = hw::QpAttrs::decode(&[0; hw::QpAttrs::SIZE]);
     attrs.udp_sport = udp_sport(0, id, 0);
     Ok(KBox::pin_init(
@@ -67,14 +69,20 @@ fn new_soft(id: u32) -> Result<Pin<KBox<Mutex<Soft>>>> {
 
 impl Qp {
     /// A kernel QP.
-    pub(crate) fn new_kernel(id: u32, qp_type: QpType, cap: QpCap, k: Arc<KQp>) -> Result<Self> {
-        Ok(Self {
+    pub(crate) fn new_kernel(
+        id: u32,
+        qp_type: QpType,
+        cap: QpCap,
+        k: Arc<KQp>,
+        soft: Pin<KBox<Mutex<Soft>>>,
+    ) -> Self {
+        Self {
             id,
             qp_type,
             cap,
             mem: QpMem::Kernel(k),
-            soft: new_soft(id)?,
-        })
+            soft,
+        }
     }
 
     /// The rings of a kernel QP; `None` for a user QP.
@@ -277,11 +285,13 @@ impl IbData<'_> {
             if rings.sq_pages() > sq_pages || rings.rq_pages() > rq_pages {
                 return Err(EINVAL);
             }
+            crate::fault::step()?;
             let sq = PageList::new(
                 self.dev,
                 ring.pages(0, rings.sq_pages())?,
                 hw::QUEUE_PAGE_SIZE,
             )?;
+            crate::fault::step()?;
             let rq = PageList::new(
                 self.dev,
                 ring.pages(sq_pages, rings.rq_pages())?,
@@ -322,6 +332,7 @@ impl IbData<'_> {
         cmd.rq_ring = rq.descriptor();
         cmd.shadow_addr = shadow;
         cmd.compl_ctx = req.user_compl_ctx;
+        crate::fault::step().map_err(undo)?;
         self.admin(&cmd.encode()).map_err(undo)?;
 
         let caps = abi::QP_CAP_SEND_WITH_IMM
@@ -337,7 +348,7 @@ impl IbData<'_> {
             actual_rq_size: rings.actual_rq_size(),
             qp_caps: caps,
         };
-        if let Err(e) = udata.respond(&resp.encode()) {
+        if let Err(e) = crate::fault::step().and_then(|()| udata.respond(&resp.encode())) {
             let _ = self.destroy_object(hw::admin_op::DESTROY_QP, id);
             return Err(undo(e));
         }
@@ -464,17 +475,20 @@ impl IbData<'_> {
         })
     }
 
-    /// Destroys the device QP, then forgets it. If DESTROY_QP fails nothing changes: the QP
-    /// lives on in ib_core (which frees no QP whose destroy failed) and keeps its events.
-    pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result {
-        self.destroy_object(hw::admin_op::DESTROY_QP, qp.id)?;
+    /// Destroys the device QP, then forgets it. If DESTROY_QP fails on a live device nothing
+    /// changes: the QP lives on in ib_core (which frees no QP whose destroy failed) and keeps
+    /// its events. On a dead device the QP is forgotten and its memory abandoned: the ring's
+    /// claim is dropped, so its registration can go, but the abandoned QP keeps a reference
+    /// to it and with it the pinned pages.
+    pub(crate) fn destroy_qp(&self, qp: &Qp) -> Result<Destroyed> {
+        let how = self.retire(hw::admin_op::DESTROY_QP, qp.id)?;
         self.tables.lock().set_qp(qp.id, None);
         match &qp.mem {
             QpMem::User { ring, .. } => ring.release(),
             QpMem::Kernel(k) => self.forget_kernel_qp(k),
         }
         self.ids.lock().qps.free(qp.id);
-        Ok(())
+        Ok(how)
     }
 }
 
