@@ -76,6 +76,10 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ("lockdep-irq-inversion", r"possible irq lock inversion"),
         ("lockdep-non-static-key", r"INFO: trying to register non-static key"),
         ("rcu", r"suspicious RCU usage"),
+        # DMA-API debug's report of coherent/streaming mappings still held when a driver lets
+        # go of its device: a leak, except where a test abandons them on purpose (a dead
+        # device's memory, tests/admin-hang-ferrdma.sh). Before the generic "WARNING: ".
+        ("dma-debug-leak", r"\bWARNING: kernel/dma/debug\.c:\d+ at dma_debug_device_change\b"),
         ("warning", r"\bWARNING: "),
         ("ubsan", r"\bUBSAN: "),
         ("kmemleak", r"\bkmemleak: [1-9]\d* new suspected memory leaks?\b"),

@@ -22,6 +22,12 @@ include/uapi/rdma/irdma-abi.h.
         each object and exits without destroying anything, so that the kernel cleans up on
         file release. Exits 0 unless the scenario itself broke (a setup step failed).
 
+    uverbs_raw.py context-quota DEV
+        A child process drops to uid/gid 65534 and opens user contexts (GET_CONTEXT, one file
+        each) until one is refused or 300 are open; while it holds them, root opens one more.
+        Prints "case nobody.contexts ERRNO opened=N" (ERRNO of the refusal, 0 if none) and
+        "case root.context_while_nobody_holds ERRNO".
+
     uverbs_raw.py readonly-ring DEV FILE
         As root: drops to uid/gid 65534, then registers a PROT_READ, MAP_SHARED mapping of
         FILE (which that user can only read) as CQ and QP rings and as a memory MR, and where
@@ -1007,6 +1013,42 @@ class ReadonlyRing(Scenario):
         u.close()
 
 
+def context_quota(dev) -> int:
+    """One unprivileged user cannot take every user context of the device."""
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.close(go_w)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        held, err = [], 0
+        while len(held) < 300:
+            u = Uverbs(dev)
+            e, _ = u.get_context()
+            if e:
+                err = e
+                u.close()
+                break
+            held.append(u)
+        os.write(w, f"{err} {len(held)}\n".encode())
+        os.read(go_r, 1)
+        os._exit(0)
+    os.close(w)
+    os.close(go_r)
+    line = os.read(r, 100).decode().split()
+    u = Uverbs(dev)
+    e, _ = u.get_context()
+    u.close()
+    os.write(go_w, b"x")
+    os.waitpid(pid, 0)
+    print(f"case nobody.contexts {line[0]} opened={line[1]}", flush=True)
+    print(f"case root.context_while_nobody_holds {e}", flush=True)
+    return 0
+
+
 def readonly_ring(dev, path) -> int:
     try:
         ReadonlyRing(dev, path).run()
@@ -1034,6 +1076,8 @@ def main() -> int:
     if len(a) == 4 and a[0] == "get-context":
         print(json.dumps(get_context(a[1], bytes.fromhex(a[2]), int(a[3]))))
         return 0
+    if len(a) == 2 and a[0] == "context-quota":
+        return context_quota(a[1])
     if len(a) == 3 and a[0] == "readonly-ring":
         return readonly_ring(a[1], a[2])
     if len(a) in (4, 5) and a[0] == "scenario" and (len(a) == 4 or a[4] == "leave-open"):

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Creates and destroys verbs objects in random order through stock pyverbs/libirdma.
 
-    verbs_churn.py DEVICE OPERATIONS SEED [exit]
+    verbs_churn.py DEVICE OPERATIONS SEED [exit|faults]
 
 Keeps a random population of open contexts, each with PDs, CQs, MRs (pinned user memory of
 random size and access) and RC/UD QPs (random caps, some moved to INIT), and OPERATIONS
@@ -10,8 +10,11 @@ times creates or destroys one of them, or closes a whole context with whatever i
 (as a process exit would). pyverbs destroys dependants first (QPs before their CQs and PD,
 MRs before their PD), the order libirdma itself uses. Prints a summary line; exits non-zero on
 the first unexpected error. With "exit", the process ends without closing what is still open,
-so the kernel's cleanup of a dying process's uverbs files destroys the rest.
+so the kernel's cleanup of a dying process's uverbs files destroys the rest. With "faults"
+(the driver loaded with fault_every=N), a create refused with ENOMEM is counted, not fatal:
+the test judges what such failures leave behind, not that creates succeed.
 """
+import errno
 import os
 import random
 import sys
@@ -21,6 +24,7 @@ from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 MAX_CONTEXTS = 6
@@ -76,55 +80,17 @@ def new_qp(rng: random.Random, c: Ctx) -> None:
 def main() -> int:
     dev, ops, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     abandon = sys.argv[4:] == ["exit"]
+    faults = sys.argv[4:] == ["faults"]
     rng = random.Random(seed)
     ctxs: list[Ctx] = []
-    n = {k: 0 for k in ("ctx", "pd", "cq", "mr", "qp", "close")}
-    access = [e.IBV_ACCESS_LOCAL_WRITE,
-              e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
-              e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ,
-              e.IBV_ACCESS_REMOTE_READ, 0]
+    n = {k: 0 for k in ("ctx", "pd", "cq", "mr", "qp", "close", "refused")}
     for _ in range(ops):
-        r = rng.random()
-        if not ctxs or (r < 0.08 and len(ctxs) < MAX_CONTEXTS):
-            ctxs.append(Ctx(dev))
-            n["ctx"] += 1
-            continue
-        c = rng.choice(ctxs)
-        if r < 0.08 or r >= 0.95:
-            ctxs.remove(c)
-            c.close()
-            n["close"] += 1
-        elif r < 0.25:
-            if len(c.pds) < MAX_PER_KIND:
-                c.pds.append(PD(c.ctx))
-                n["pd"] += 1
-            elif c.pds:
-                c.drop_pd(rng.choice(c.pds))
-        elif r < 0.42:
-            if len(c.cqs) < MAX_PER_KIND:
-                c.cqs.append(CQ(c.ctx, rng.randint(1, 512), None, None, rng.randrange(c.vectors)))
-                n["cq"] += 1
-            else:
-                c.drop_cq(rng.choice(c.cqs))
-        elif r < 0.62:
-            if c.pds and len(c.mrs) < MAX_PER_KIND:
-                pd = rng.choice(c.pds)
-                size = rng.choice([1, 4096, 5000, 65536, 1 << 20, rng.randint(1, 300000)])
-                c.mrs.append((pd, MR(pd, size, rng.choice(access))))
-                n["mr"] += 1
-            elif c.mrs:
-                c.mrs.pop(rng.randrange(len(c.mrs)))[1].close()
-        elif r < 0.85:
-            if c.pds and c.cqs and len(c.qps) < MAX_PER_KIND:
-                new_qp(rng, c)
-                n["qp"] += 1
-            elif c.qps:
-                c.qps.pop(rng.randrange(len(c.qps)))[3].close()
-        else:
-            if c.pds and rng.random() < 0.5:
-                c.drop_pd(rng.choice(c.pds))
-            elif c.cqs:
-                c.drop_cq(rng.choice(c.cqs))
+        try:
+            step(rng, dev, ctxs, n)
+        except PyverbsRDMAError as err:
+            if not (faults and err.error_code == errno.ENOMEM):
+                raise
+            n["refused"] += 1
     print("churn:", ", ".join(f"{k} {v}" for k, v in n.items()),
           f"(left open: {len(ctxs)} contexts, {sum(len(c.qps) for c in ctxs)} QPs,"
           f" {sum(len(c.mrs) for c in ctxs)} MRs)")
@@ -134,6 +100,55 @@ def main() -> int:
     for c in ctxs:
         c.close()
     return 0
+
+
+def step(rng: random.Random, dev: str, ctxs: list[Ctx], n: dict[str, int]) -> None:
+    """One random create or destroy; a refused create leaves the population as it was."""
+    access = [e.IBV_ACCESS_LOCAL_WRITE,
+              e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+              e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ,
+              e.IBV_ACCESS_REMOTE_READ, 0]
+    r = rng.random()
+    if not ctxs or (r < 0.08 and len(ctxs) < MAX_CONTEXTS):
+        ctxs.append(Ctx(dev))
+        n["ctx"] += 1
+        return
+    c = rng.choice(ctxs)
+    if r < 0.08 or r >= 0.95:
+        ctxs.remove(c)
+        c.close()
+        n["close"] += 1
+    elif r < 0.25:
+        if len(c.pds) < MAX_PER_KIND:
+            c.pds.append(PD(c.ctx))
+            n["pd"] += 1
+        elif c.pds:
+            c.drop_pd(rng.choice(c.pds))
+    elif r < 0.42:
+        if len(c.cqs) < MAX_PER_KIND:
+            c.cqs.append(CQ(c.ctx, rng.randint(1, 512), None, None, rng.randrange(c.vectors)))
+            n["cq"] += 1
+        else:
+            c.drop_cq(rng.choice(c.cqs))
+    elif r < 0.62:
+        if c.pds and len(c.mrs) < MAX_PER_KIND:
+            pd = rng.choice(c.pds)
+            size = rng.choice([1, 4096, 5000, 65536, 1 << 20, rng.randint(1, 300000)])
+            c.mrs.append((pd, MR(pd, size, rng.choice(access))))
+            n["mr"] += 1
+        elif c.mrs:
+            c.mrs.pop(rng.randrange(len(c.mrs)))[1].close()
+    elif r < 0.85:
+        if c.pds and c.cqs and len(c.qps) < MAX_PER_KIND:
+            new_qp(rng, c)
+            n["qp"] += 1
+        elif c.qps:
+            c.qps.pop(rng.randrange(len(c.qps)))[3].close()
+    else:
+        if c.pds and rng.random() < 0.5:
+            c.drop_pd(rng.choice(c.pds))
+        elif c.cqs:
+            c.drop_cq(rng.choice(c.cqs))
 
 
 if __name__ == "__main__":

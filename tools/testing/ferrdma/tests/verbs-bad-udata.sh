@@ -8,8 +8,10 @@
 #     byte 62 and 13 fragments at byte 32;
 #   * userspace_ver 3 or an empty request -> EINVAL;
 #   * a 16-byte response buffer (legacy i40iw library) -> EOPNOTSUPP;
-#   * trailing request bytes are ignored and a short request reads as zero-extended (both
-#     succeed): rdma-core grows its structs by appending;
+#   * a short request reads as zero-extended, and trailing zero request bytes are fine (both
+#     succeed: rdma-core grows its structs by appending), but a non-zero byte past the
+#     driver's struct is a field this driver does not know -> EOPNOTSUPP (as C drivers'
+#     ib_is_udata_cleared checks);
 #   * afterwards no context or PD is left, and kmemleak has nothing.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
@@ -39,7 +41,8 @@ try "valid request" "$ok" 80 0
 try "userspace_ver 3" 00000000030000000100000000000000 80 EINVAL
 try "empty request" "" 80 EINVAL
 try "legacy 16-byte response" "$ok" 16 ENOTSUP
-try "trailing request bytes" "${ok}ffffffffffffffffffffffffffffffff" 80 0
+try "trailing zero request bytes" "${ok}00000000000000000000000000000000" 80 0
+try "trailing non-zero request bytes" "${ok}00000000000000000000000000000001" 80 ENOTSUP
 try "short request" 000000000500 80 0
 
 expect_no_verbs_objects

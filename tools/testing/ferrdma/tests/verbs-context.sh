@@ -9,6 +9,8 @@
 #   * ibv_devinfo -v opens it (alloc_ucontext, mmap, alloc_pd) and reports hw_ver 0x2, 13 SGEs,
 #     the QP/CQ/MR limits and firmware version the device gave the driver via QUERY_CAPS,
 #     port 1 PORT_ACTIVE on link layer Ethernet with its RoCE v2 GIDs;
+#   * one unprivileged user cannot take every user context (each owns a doorbell page): uid
+#     65534 gets 63 and then EDQUOT, and root can still open one while it holds them;
 #   * 100 open/close cycles (ibv_devinfo) leave no context or PD behind (rdma res) and no
 #     kmemleak report: ucontexts, PDs, doorbell pages and mmap entries are all released.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -40,6 +42,19 @@ grep -Eq "link_layer:\s+Ethernet" /tmp/devinfo || fail "link layer is not Ethern
 grep -Eq "GID\[\s*[0-9]+\]:\s+::ffff:$FERRDMA_IP, RoCE v2" /tmp/devinfo \
 	|| fail "no RoCE v2 GID for $FERRDMA_IP in ibv_devinfo -v"
 note "ibv_devinfo -v: $(grep -E 'state:|active_mtu|GID\[' /tmp/devinfo | tr -s ' \t' ' ' | paste -sd';')"
+
+dev=
+for d in /sys/class/infiniband_verbs/uverbs*; do
+	if [ "$(cat "$d/ibdev")" = ferrdma0 ]; then dev=/dev/infiniband/${d##*/}; fi
+done
+[ -c "$dev" ] || fail "no uverbs device of ferrdma0"
+quota=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-quota "$dev") || fail "context-quota broke: $quota"
+note "$quota"
+grep -qx 'case nobody.contexts EDQUOT opened=63' <<<"$quota" \
+	|| fail "uid 65534 should get 63 user contexts, then EDQUOT: $quota"
+grep -qx 'case root.context_while_nobody_holds 0' <<<"$quota" \
+	|| fail "root could not open a context while uid 65534 held its 63: $quota"
+expect_no_verbs_objects
 
 note "100 open/close cycles"
 for i in $(seq 100); do

@@ -1,0 +1,62 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=900
+#
+# Error paths of every create, walked with the driver's fault injection (module parameter
+# fault_every=N: every N-th fallible step of creating a verbs object fails with ENOMEM).
+# For each N, with ferrdma loaded that way:
+#   - ib_mad's own QPs and CQs are created at registration (their failures are ib_mad's to
+#     handle);
+#   - user verbs churn through stock libirdma (guest/verbs_churn.py ... faults: contexts, PDs,
+#     CQs, MRs, ring registrations, RC/UD QPs; ENOMEM refusals counted, anything else fatal);
+#   - the kernel-verbs module (kernel CQs, QPs, AHs, fast-registration MRs); it may fail its
+#     checks or refuse to load, which is not judged here;
+#   - nothing may be left: no user verbs object in ib_core, and at rmmod the driver's own
+#     check (every id given back, no event handle still published) must not WARN;
+#   - the driver must report that it injected failures (else this test proved nothing).
+# Then ferrdma without injection must still pass the churn, and kmemleak must be clean.
+. "$FERRDMA_HARNESS/guest/kverbs.sh"
+need_nic
+ko=$(kverbs_module)
+loads=0
+kmemleak_clear
+
+for every in ${1:-3 5 8 13}; do
+	echo "ferrdma-test: fault injection every $every" > /dev/kmsg
+	FERRDMA_KO_PARAMS="fault_every=$every" load_ferrdma
+	wait_probe "$((++loads))" >/dev/null
+	wait_rocev2_gid ferrdma0
+	out=$(python3 "$FERRDMA_HARNESS/guest/verbs_churn.py" ferrdma0 400 "$every" faults) \
+		|| fail "verbs churn with fault_every=$every failed: $out"
+	note "fault_every=$every: $out"
+	expect_no_verbs_objects
+	# Several loads: each makes ~5 kernel CQs, 6 kernel QPs, an AH and fast-registration MRs,
+	# and a create takes several steps, so one load reaches few of the later ones.
+	loaded=0
+	for _ in 1 2 3 4 5; do
+		if insmod "$ko" dev=ferrdma0 >/dev/null 2>&1; then
+			rmmod ferrdma_kverbs_test || fail "rmmod ferrdma_kverbs_test failed"
+			loaded=$((loaded + 1))
+		fi
+	done
+	note "fault_every=$every: the kernel-verbs module loaded $loaded of 5 times (its checks are not judged here)"
+	expect_no_verbs_objects
+	unload_ferrdma
+	injected=$(dmesg | sed -n "/ferrdma-test: fault injection every $every\$/,\$p" \
+		| sed -n 's/.*fault injection: \([0-9][0-9]*\) steps failed.*/\1/p' | tail -1)
+	[ -n "$injected" ] && [ "$injected" -gt 0 ] \
+		|| fail "fault_every=$every: the driver reports no injected failure"
+	note "fault_every=$every: $injected steps failed"
+	if dmesg | sed -n "/ferrdma-test: fault injection every $every\$/,\$p" | grep -q 'leaked at removal'; then
+		fail "fault_every=$every: $(dmesg | grep -o 'leaked at removal.*' | tail -1)"
+	fi
+done
+
+# The device still works as before once injection is off.
+load_ferrdma
+wait_probe "$((++loads))" >/dev/null
+python3 "$FERRDMA_HARNESS/guest/verbs_churn.py" ferrdma0 200 1 || fail "verbs churn without faults failed"
+expect_no_verbs_objects
+unload_ferrdma
+kmemleak_check "creates failed by fault injection"
+note "fault-inject test passed"
