@@ -349,7 +349,7 @@ class KmemleakFilterTest(unittest.TestCase):
         self.assertEqual(self._filter(""), "")
 
     def test_attributable_skips_process_lifecycle_without_rdma_frames(self):
-        # kmemleak_check's filter: a forked task's structures (seen in session 9 for the
+        # The filter under kmemleak_check's: a forked task's structures (seen in session 9 for the
         # test's own bash) are not held against a test; the same with an RDMA frame are.
         report = """unreferenced object 0xff110000059f0000 (size 6464):
   comm "bash", pid 61, jiffies 4294904628

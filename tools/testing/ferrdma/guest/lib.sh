@@ -301,8 +301,11 @@ kmemleak_clear() {
 	jiffies_now > "$FERRDMA_KMEMLEAK_SINCE"
 }
 
-# Fails on any suspect allocated since kmemleak_clear (since boot without one) that is not a
-# boot-path object; $1 names what ran.
+# Fails on any suspect allocated since kmemleak_clear (since boot without one) that is
+# attributable to ferrdma or the RDMA core (kmemleak_rdma, the after-script check's rule);
+# other suspects are listed, not held against the test: since the test kernel has vmap'ed
+# stacks (session 9), kmemleak has reported processes' own task, cred, group and exec
+# structures (fork, exec, setgroups; no RDMA frame) in three runs; $1 names what ran.
 kmemleak_check() {
 	local suspects bad since=0
 	[ ! -f "$FERRDMA_KMEMLEAK_SINCE" ] || since=$(cat "$FERRDMA_KMEMLEAK_SINCE")
@@ -312,13 +315,13 @@ kmemleak_check() {
 	cat "$FERRDMA_KMEMLEAK" > /tmp/kmemleak-all
 	kmemleak_since "$since" /tmp/kmemleak-all > /tmp/kmemleak
 	suspects=$(grep -c '^unreferenced object' /tmp/kmemleak || true)
-	bad=$(kmemleak_attributable /tmp/kmemleak)
+	bad=$(kmemleak_rdma /tmp/kmemleak)
 	if [ -n "$bad" ]; then
 		echo "$bad" | head -150
 		fail "kmemleak: $(echo "$bad" | grep -c '^unreferenced object') suspected leak(s) after $1 (of $suspects suspects in all)"
 	fi
 	if [ "$suspects" != 0 ]; then
-		note "kmemleak: $suspects boot-path or process-lifecycle suspect(s), ignored:"
+		note "kmemleak: $suspects suspect(s) from the boot path or without an RDMA frame, listed, not held against the test:"
 		cat /tmp/kmemleak
 	fi
 	note "kmemleak: no leaks from $1"
