@@ -3,8 +3,9 @@
 //! Test-only fault injection into object creation (module parameter `fault_every`).
 //!
 //! Every fallible step of creating a verbs object (an allocation, an id, a device command, a
-//! user-memory claim) first asks [`step`]. With `fault_every=N` the N-th, 2N-th, ... step
-//! fails with `ENOMEM` before doing anything, so tests can walk the error paths of every
+//! user-memory claim) first asks [`step`]. With `fault_every=N` one step in N (picked by a
+//! fixed hash of its number, so a rerun fails the same steps) fails with `ENOMEM` before doing
+//! anything, so tests can walk the error paths of every
 //! create (user and kernel) and check that each undoes what the steps before it did: no id,
 //! ring, device object or event handle may outlive a failed create.
 

@@ -43,7 +43,7 @@ kernel::module_pci_driver! {
         },
         fault_every: u32 {
             default: 0,
-            description: "Test only: every Nth fallible step of creating a verbs object fails with ENOMEM (0: none)",
+            description: "Test only: one fallible step in N of creating a verbs object fails with ENOMEM (0: none)",
         },
     },
 }

@@ -10,9 +10,8 @@ use crate::{
     caps::Caps,
     cq::Cq,
     eq::EventQueue,
-    id_alloc::IdBitmap,
+    id_alloc::{filled, IdBitmap},
     interface as hw,
-    kqp::filled,
     kqp::KQp,
     mr::{Mr, RingReg},
     qp::Qp,
@@ -114,6 +113,15 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
+    /// Event handles and kernel QP rings still published: CQs, QPs, kernel QPs.
+    fn in_use(&self) -> [usize; 3] {
+        [
+            self.cqs.iter().filter(|e| e.is_some()).count(),
+            self.qps.iter().filter(|e| e.is_some()).count(),
+            self.kqps.iter().filter(|e| e.is_some()).count(),
+        ]
+    }
+
     fn new() -> Result<Self> {
         let mut cqs = KVec::with_capacity(hw::MAX_CQ as usize, GFP_KERNEL)?;
         let mut qps = KVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
@@ -237,6 +245,18 @@ impl Ids {
             *o = None;
         }
         self.db_pages.free(page);
+    }
+
+    /// Ids still taken, by kind: doorbell pages, PDs, CQs, QPs, MRs, AHs.
+    fn in_use(&self) -> [u32; 6] {
+        [
+            self.db_pages.in_use(),
+            self.pds.in_use(),
+            self.cqs.in_use(),
+            self.qps.in_use(),
+            self.mrs.in_use(),
+            self.ahs.in_use(),
+        ]
     }
 }
 
@@ -378,31 +398,6 @@ impl<'a> IbData<'a> {
                 }
             }
         }
-    }
-}
-
-impl Ids {
-    /// Ids still taken, by kind: doorbell pages, PDs, CQs, QPs, MRs, AHs.
-    fn in_use(&self) -> [u32; 6] {
-        [
-            self.db_pages.in_use(),
-            self.pds.in_use(),
-            self.cqs.in_use(),
-            self.qps.in_use(),
-            self.mrs.in_use(),
-            self.ahs.in_use(),
-        ]
-    }
-}
-
-impl Tables {
-    /// Event handles and kernel QP rings still published: CQs, QPs, kernel QPs.
-    fn in_use(&self) -> [usize; 3] {
-        [
-            self.cqs.iter().filter(|e| e.is_some()).count(),
-            self.qps.iter().filter(|e| e.is_some()).count(),
-            self.kqps.iter().filter(|e| e.is_some()).count(),
-        ]
     }
 }
 

@@ -4,6 +4,15 @@
 
 use kernel::prelude::*;
 
+/// `n` copies of `v` in a heap vector (tables and pools too big for the kernel stack).
+pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
+    let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+    for _ in 0..n {
+        out.push(v, GFP_KERNEL)?;
+    }
+    Ok(out)
+}
+
 /// Ids `0..n` (`n` rounded up to a multiple of 64), lowest free first.
 ///
 /// The bitmap lives on the heap: the pools of one function add up to kilobytes (8 KiB of PD
@@ -16,12 +25,9 @@ pub(crate) struct IdBitmap {
 impl IdBitmap {
     /// `n` ids, all free.
     pub(crate) fn new(n: u32) -> Result<Self> {
-        let count = n.div_ceil(64) as usize;
-        let mut words = KVec::with_capacity(count, GFP_KERNEL)?;
-        for _ in 0..count {
-            words.push(0, GFP_KERNEL)?;
-        }
-        Ok(Self { words })
+        Ok(Self {
+            words: filled(n.div_ceil(64), 0)?,
+        })
     }
 
     /// Takes the lowest free id at or above `min`; `None` when all are taken.

@@ -7,6 +7,7 @@
 use crate::{
     admin::header,
     ibdev::{IbData, Pd},
+    id_alloc::filled,
     interface as hw,
     kcq::KCq,
     kwqe::{self, Frag, Payload, SqFlags, SqOp, QUANTUM_QWORDS},
@@ -66,14 +67,6 @@ pub(crate) struct KQp {
     sq: SpinLockIrq<Sq>,
     #[pin]
     rq: SpinLockIrq<Rq>,
-}
-
-pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
-    let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
-    for _ in 0..n {
-        out.push(v, GFP_KERNEL)?;
-    }
-    Ok(out)
 }
 
 impl KQp {

@@ -342,11 +342,7 @@ impl IbData<'_> {
             (index, *slot)
         };
         let stag = stag(index, key);
-        if let Err(e) = crate::fault::step() {
-            self.ids.lock().mrs.free(index);
-            return Err(e);
-        }
-        if let Err(e) = create(stag) {
+        if let Err(e) = crate::fault::step().and_then(|()| create(stag)) {
             self.ids.lock().mrs.free(index);
             return Err(e);
         }

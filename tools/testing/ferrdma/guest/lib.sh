@@ -340,6 +340,17 @@ expect_no_verbs_objects() {
 	done
 }
 
+# uverbs_dev IBDEV: prints the /dev/infiniband/uverbsN character device of RDMA device IBDEV;
+# fails if it has none.
+uverbs_dev() {
+	local d dev=
+	for d in /sys/class/infiniband_verbs/uverbs*; do
+		if [ "$(cat "$d/ibdev")" = "$1" ]; then dev=/dev/infiniband/${d##*/}; fi
+	done
+	[ -c "$dev" ] || fail "no uverbs device of $1"
+	echo "$dev"
+}
+
 # roce_v2_gid_index DEV [IP]: the GID table index of DEV's RoCE v2 GID for IPv4 address IP
 # (default: this VM's). Prints nothing if there is none.
 roce_v2_gid_index() {

@@ -59,7 +59,7 @@ dmesg | grep -q 'device driver has pending DMA allocations while released' \
 # What the dead device's objects held is leaked on purpose: kmemleak reports it once, then
 # those reports are cleared so the rest of the test is judged on its own.
 kmemleak_scan_twice
-note "kmemleak after abandoning the dead device's objects: $(grep -c '^unreferenced object' /sys/kernel/debug/kmemleak || true) suspect(s) (leaked on purpose)"
+note "kmemleak after abandoning the dead device's objects: $(grep -c '^unreferenced object' "$FERRDMA_KMEMLEAK" || true) suspect(s) (leaked on purpose)"
 kmemleak_clear
 
 fabric_ctl sabotage nic:0 admin=run

@@ -3,7 +3,7 @@
 # ferrdma-test: vms=1 timeout=900
 #
 # Error paths of every create, walked with the driver's fault injection (module parameter
-# fault_every=N: every N-th fallible step of creating a verbs object fails with ENOMEM).
+# fault_every=N: one fallible step in N of creating a verbs object fails with ENOMEM).
 # For each N, with ferrdma loaded that way:
 #   - ib_mad's own QPs and CQs are created at registration (their failures are ib_mad's to
 #     handle);

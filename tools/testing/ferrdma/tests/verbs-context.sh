@@ -43,11 +43,7 @@ grep -Eq "GID\[\s*[0-9]+\]:\s+::ffff:$FERRDMA_IP, RoCE v2" /tmp/devinfo \
 	|| fail "no RoCE v2 GID for $FERRDMA_IP in ibv_devinfo -v"
 note "ibv_devinfo -v: $(grep -E 'state:|active_mtu|GID\[' /tmp/devinfo | tr -s ' \t' ' ' | paste -sd';')"
 
-dev=
-for d in /sys/class/infiniband_verbs/uverbs*; do
-	if [ "$(cat "$d/ibdev")" = ferrdma0 ]; then dev=/dev/infiniband/${d##*/}; fi
-done
-[ -c "$dev" ] || fail "no uverbs device of ferrdma0"
+dev=$(uverbs_dev ferrdma0)
 quota=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-quota "$dev") || fail "context-quota broke: $quota"
 note "$quota"
 grep -qx 'case nobody.contexts EDQUOT opened=63' <<<"$quota" \

@@ -214,11 +214,7 @@ load_ferrdma
 wait_probe 1 >/dev/null
 gid=$(wait_gid ferrdma0)
 gid_hex=$(tr -d ':\n' < "/sys/class/infiniband/ferrdma0/ports/1/gids/$gid")
-dev=
-for d in /sys/class/infiniband_verbs/uverbs*; do
-	if [ "$(cat "$d/ibdev")" = ferrdma0 ]; then dev=/dev/infiniband/${d##*/}; fi
-done
-[ -c "$dev" ] || fail "no uverbs device of ferrdma0"
+dev=$(uverbs_dev ferrdma0)
 note "$dev, RoCE v2 GID index $gid ($gid_hex)"
 
 raw() { python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" scenario "$dev" "$gid" "$gid_hex" "$@"; }

@@ -46,11 +46,7 @@ EOF2
 kmemleak_clear
 load_ferrdma
 wait_probe 1 >/dev/null
-dev=
-for d in /sys/class/infiniband_verbs/uverbs*; do
-	if [ "$(cat "$d/ibdev")" = ferrdma0 ]; then dev=/dev/infiniband/${d##*/}; fi
-done
-[ -c "$dev" ] || fail "no uverbs device of ferrdma0"
+dev=$(uverbs_dev ferrdma0)
 
 # The file's contents: 8 pages of text (the QP ring registration needs 6).
 contents() {
