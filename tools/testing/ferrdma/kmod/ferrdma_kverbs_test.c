@@ -50,6 +50,18 @@ static bool plant_uaf;
 module_param(plant_uaf, bool, 0444);
 MODULE_PARM_DESC(plant_uaf, "read a freed object once instead of testing (KASAN lane self-check)");
 
+/*
+ * Churn mode (tests/fault-inject-ferrdma.sh): instead of the checks, create and destroy the
+ * objects a kernel ULP uses (PD, CQ, RC and UD QPs, AH, fast-registration MR), round after
+ * round, going on after a failed create. The checks stop at their first failed setup step, so
+ * under the driver's fault injection they reach only the early steps of a create; churn
+ * reaches the late ones too. Ends with one line:
+ *     ferrdma_kverbs: churn: R rounds, C created, E refused with ENOMEM, O other errors
+ */
+static unsigned int churn;
+module_param(churn, uint, 0444);
+MODULE_PARM_DESC(churn, "create/destroy rounds instead of the checks (fault-injection test)");
+
 #define KV_BUF		(128 * 1024)	/* each of the two mapped data buffers */
 #define KV_RING		512		/* completions a struct kv_cq can hold */
 #define KV_NTAGS	1024
@@ -2227,6 +2239,108 @@ static void kv_run(struct ib_device *ib)
 		pr_info(KV "%d passed, %d failed\n", kv_passed, kv_failed);
 }
 
+/* ---- churn ----------------------------------------------------------------------------- */
+
+struct kv_churn_counts {
+	unsigned int created, refused, other;
+};
+
+/* Counts a create's result; true when it made the object. */
+static bool kv_churn_made(struct kv_churn_counts *c, const char *what, long r)
+{
+	if (!r) {
+		c->created++;
+		return true;
+	}
+	if (r == -ENOMEM) {
+		c->refused++;
+	} else {
+		c->other++;
+		pr_err(KV "churn: %s failed with %ld (only ENOMEM is expected)\n", what, r);
+	}
+	return false;
+}
+
+static struct ib_qp *kv_churn_qp(struct kv_churn_counts *c, struct ib_pd *pd, struct ib_cq *cq,
+				 enum ib_qp_type type)
+{
+	struct ib_qp_init_attr attr = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.qp_type = type,
+		.sq_sig_type = IB_SIGNAL_REQ_WR,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+			 .max_recv_sge = 2, .max_inline_data = 64 },
+	};
+	struct ib_qp *qp = ib_create_qp(pd, &attr);
+
+	return kv_churn_made(c, type == IB_QPT_RC ? "RC QP" : "UD QP",
+			     IS_ERR(qp) ? PTR_ERR(qp) : 0) ? qp : NULL;
+}
+
+static void kv_churn_round(struct kv *t, struct kv_churn_counts *c, unsigned int round)
+{
+	static const enum ib_poll_context ctxs[] = {
+		IB_POLL_DIRECT, IB_POLL_SOFTIRQ, IB_POLL_WORKQUEUE,
+	};
+	struct rdma_ah_attr ah_attr;
+	struct ib_qp *rc, *ud;
+	struct ib_ah *ah;
+	struct ib_mr *mr;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+
+	pd = ib_alloc_pd(t->ib, 0);
+	if (!kv_churn_made(c, "PD", IS_ERR(pd) ? PTR_ERR(pd) : 0))
+		return;
+	cq = ib_alloc_cq(t->ib, NULL, 64, 0, ctxs[round % ARRAY_SIZE(ctxs)]);
+	if (!kv_churn_made(c, "CQ", IS_ERR(cq) ? PTR_ERR(cq) : 0)) {
+		ib_dealloc_pd(pd);
+		return;
+	}
+	rc = kv_churn_qp(c, pd, cq, IB_QPT_RC);
+	ud = kv_churn_qp(c, pd, cq, IB_QPT_UD);
+	kv_ah_attr(t, &ah_attr);
+	ah = rdma_create_ah(pd, &ah_attr, RDMA_CREATE_AH_SLEEPABLE);
+	if (!kv_churn_made(c, "AH", IS_ERR(ah) ? PTR_ERR(ah) : 0))
+		ah = NULL;
+	mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, KV_FR_PAGES);
+	if (!kv_churn_made(c, "fast-registration MR", IS_ERR(mr) ? PTR_ERR(mr) : 0))
+		mr = NULL;
+	if (mr)
+		ib_dereg_mr(mr);
+	if (ah)
+		rdma_destroy_ah(ah, RDMA_DESTROY_AH_SLEEPABLE);
+	if (ud)
+		ib_destroy_qp(ud);
+	if (rc)
+		ib_destroy_qp(rc);
+	ib_free_cq(cq);
+	ib_dealloc_pd(pd);
+}
+
+static int kv_churn(struct ib_device *ib)
+{
+	struct kv_churn_counts c = {};
+	struct kv *t = kzalloc(sizeof(*t), GFP_KERNEL);
+	unsigned int i;
+
+	if (!t)
+		return -ENOMEM;
+	t->ib = ib;
+	if (setup_gid(t)) {
+		pr_err(KV "churn: %s\n", kv_why);
+		kfree(t);
+		return -EIO;
+	}
+	for (i = 0; i < churn; i++)
+		kv_churn_round(t, &c, i);
+	kfree(t);
+	pr_info(KV "churn: %u rounds, %u created, %u refused with ENOMEM, %u other errors\n",
+		churn, c.created, c.refused, c.other);
+	return c.other ? -EIO : 0;
+}
+
 /* ---- the client ------------------------------------------------------------------------ */
 
 static int kv_add(struct ib_device *ib)
@@ -2284,9 +2398,16 @@ static int __init kv_init(void)
 		pr_err(KV "no RDMA device named %s\n", dev);
 		return -EINVAL;
 	}
-	kv_run(kv_found);
+	if (churn) {
+		r = kv_churn(kv_found);
+	} else {
+		kv_run(kv_found);
+		r = 0;
+	}
 	mutex_unlock(&kv_lock);
-	return 0;
+	if (r)
+		ib_unregister_client(&kv_client);
+	return r;
 }
 
 static void __exit kv_exit(void)

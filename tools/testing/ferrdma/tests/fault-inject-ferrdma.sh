@@ -9,8 +9,11 @@
 #     handle);
 #   - user verbs churn through stock libirdma (guest/verbs_churn.py ... faults: contexts, PDs,
 #     CQs, MRs, ring registrations, RC/UD QPs; ENOMEM refusals counted, anything else fatal);
-#   - the kernel-verbs module (kernel CQs, QPs, AHs, fast-registration MRs); it may fail its
-#     checks or refuse to load, which is not judged here;
+#   - the kernel-verbs module's checks (kernel CQs, QPs, AHs, fast-registration MRs, posts);
+#     they may fail or refuse to load, which is not judged here;
+#   - the kernel-verbs module's churn mode: rounds of PD, CQ, RC and UD QP, AH and
+#     fast-registration MR creates and destroys that go on after a failed create, so late
+#     steps of kernel creates fail too; a create may fail only with ENOMEM;
 #   - nothing may be left: no user verbs object in ib_core, and at rmmod the driver's own
 #     check (every id given back, no event handle still published) must not WARN;
 #   - the driver must report that it injected failures (else this test proved nothing).
@@ -40,6 +43,14 @@ for every in ${1:-3 5 8 13}; do
 		fi
 	done
 	note "fault_every=$every: the kernel-verbs module loaded $loaded of 5 times (its checks are not judged here)"
+	echo "ferrdma-test: kverbs churn every $every" > /dev/kmsg
+	insmod "$ko" dev=ferrdma0 churn=150 || true
+	rmmod ferrdma_kverbs_test 2>/dev/null || true
+	churned=$(dmesg | sed -n "/ferrdma-test: kverbs churn every $every\$/,\$p" \
+		| grep -o 'ferrdma_kverbs: churn: .*' || true)
+	echo "$churned" | grep -Eq '^ferrdma_kverbs: churn: 150 rounds, [0-9]+ created, [1-9][0-9]* refused with ENOMEM, 0 other errors$' \
+		|| fail "fault_every=$every: kernel churn: ${churned:-no summary line}"
+	note "fault_every=$every: kernel ${churned#ferrdma_kverbs: }"
 	expect_no_verbs_objects
 	unload_ferrdma
 	injected=$(dmesg | sed -n "/ferrdma-test: fault injection every $every\$/,\$p" \
