@@ -68,24 +68,23 @@ pub(crate) unsafe extern "C" fn create_cq<T: Driver>(
         };
         let events = CqEventsInner::new(cq)?;
         let handle = events.clone();
-        let created = if attrs.is_null() {
-            // A kernel consumer (ib_alloc_cq and friends).
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_kernel_cq(d, &init, handle)) }
-        } else {
+        let create = || {
+            if attrs.is_null() {
+                // A kernel consumer (ib_alloc_cq and friends).
+                // SAFETY: Called from an ib_core callback.
+                return unsafe { dev.with_data(|d| T::create_kernel_cq(d, &init, handle)) };
+            }
             // SAFETY: The driver udata is the first member of the bundle
             // (`rdma_udata_to_uverbs_attr_bundle`).
             let udata = attrs.cast::<bindings::ib_udata>();
             // SAFETY: A uverbs command on a device of driver `T`.
-            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL);
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL)?;
             // SAFETY: As above; nothing else accesses the udata during the call.
-            let ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL);
-            ctx.and_then(|ctx| {
-                let mut ud = ud?;
-                // SAFETY: Called from an ib_core callback.
-                unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }
-            })
+            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_cq(d, ctx, &init, handle, &mut ud)) }
         };
+        let created = create();
         // ib_core frees the CQ when this fails: a handle the driver may have kept (against
         // its contract) must not reach it.
         let new = created.inspect_err(|_| events.revoke())?;

@@ -31,8 +31,8 @@ pub use cq::{CqInitAttr, NewCq};
 pub use device::{Device, Registration, RegistrationParams};
 pub use events::{CqEvents, QpEvent, QpEvents};
 pub use irq::Msix;
-pub use mr::{Access, NewMr, UserMrRequest};
-pub use qp::{NewQp, QpAttr, QpCap, QpInitAttr, QpQuery, QpState, QpType};
+pub use mr::{Access, AccessFlag, NewMr, UserMrRequest};
+pub use qp::{NewQp, QpAttr, QpAttrFlag, QpAttrMask, QpCap, QpInitAttr, QpQuery, QpState, QpType};
 pub use ucontext::{MmioWindow, UContextInit};
 pub use udata::UData;
 pub use umem::Umem;
@@ -299,12 +299,12 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EINVAL)
     }
 
-    /// Modifies a QP (`modify_qp`); `mask` holds [`qp::attr_mask`] bits.
+    /// Modifies a QP (`modify_qp`): the attributes in `mask` are set.
     fn modify_qp(
         _data: &Self::RegistrationData<'_>,
         _qp: &Self::Qp,
         _attr: &QpAttr,
-        _mask: u32,
+        _mask: QpAttrMask,
         _udata: Option<&mut UData<'_>>,
     ) -> Result {
         Err(EOPNOTSUPP)

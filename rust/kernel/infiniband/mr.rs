@@ -24,29 +24,41 @@ pub fn new_key() -> u8 {
     unsafe { bindings::get_random_u8() }
 }
 
-/// IB access flags of a memory registration or QP (`enum ib_access_flags`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Access(pub(crate) u32);
+crate::impl_flags!(
+    /// IB access rights of a memory registration or QP (`enum ib_access_flags`).
+    ///
+    /// It holds the bits ib_core passed, unknown ones included (see [`Access::from_raw`]), so
+    /// that a driver can refuse what it does not support ([`Access::unsupported`]).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Access(u32);
+
+    /// One IB access right.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum AccessFlag {
+        /// Local write (`IB_ACCESS_LOCAL_WRITE`); local read is always allowed.
+        LocalWrite = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE,
+        /// Remote write.
+        RemoteWrite = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE,
+        /// Remote read.
+        RemoteRead = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ,
+        /// Remote atomic.
+        RemoteAtomic = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC,
+        /// Memory window binding.
+        MwBind = bindings::ib_access_flags_IB_ACCESS_MW_BIND,
+        /// Zero-based addressing: the device address of the first byte is 0 plus its offset in
+        /// the first page, not the user's iova.
+        ZeroBased = bindings::ib_access_flags_IB_ZERO_BASED,
+        /// On-demand paging.
+        OnDemand = bindings::ib_access_flags_IB_ACCESS_ON_DEMAND,
+    }
+);
 
 impl Access {
-    /// Local write (`IB_ACCESS_LOCAL_WRITE`); local read is always allowed.
-    pub const LOCAL_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE;
-    /// Remote write.
-    pub const REMOTE_WRITE: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_WRITE;
-    /// Remote read.
-    pub const REMOTE_READ: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_READ;
-    /// Remote atomic.
-    pub const REMOTE_ATOMIC: u32 = bindings::ib_access_flags_IB_ACCESS_REMOTE_ATOMIC;
-    /// Memory window binding.
-    pub const MW_BIND: u32 = bindings::ib_access_flags_IB_ACCESS_MW_BIND;
-    /// Zero-based addressing: the device address of the first byte is 0 plus its offset in
-    /// the first page, not the user's iova.
-    pub const ZERO_BASED: u32 = bindings::ib_access_flags_IB_ZERO_BASED;
     /// Optional hints (relaxed ordering and friends) a device may ignore.
-    pub const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
+    const OPTIONAL: u32 = bindings::ib_access_flags_IB_ACCESS_OPTIONAL;
 
-    /// Wraps raw flags.
-    pub const fn new(bits: u32) -> Self {
+    /// The flags as ib_core or a consumer passed them, bits no [`AccessFlag`] names included.
+    pub const fn from_raw(bits: u32) -> Self {
         Self(bits)
     }
 
@@ -55,14 +67,10 @@ impl Access {
         self.0
     }
 
-    /// Whether every flag in `flags` is set.
-    pub const fn contains(self, flags: u32) -> bool {
-        self.0 & flags == flags
-    }
-
-    /// The flags outside `supported`, ignoring the optional hints.
-    pub const fn unsupported(self, supported: u32) -> u32 {
-        self.0 & !(supported | Self::OPTIONAL)
+    /// The bits outside `supported`, ignoring the optional hints; 0 when the device can
+    /// honour every right asked for.
+    pub const fn unsupported(self, supported: Access) -> u32 {
+        self.0 & !(supported.0 | Self::OPTIONAL)
     }
 }
 

@@ -148,53 +148,79 @@ impl QpState {
     }
 }
 
-/// `enum ib_qp_attr_mask` bits.
-pub mod attr_mask {
-    use crate::bindings;
-    /// `qp_state`.
-    pub const STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_STATE;
-    /// `cur_qp_state`.
-    pub const CUR_STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE;
-    /// `en_sqd_async_notify`.
-    pub const EN_SQD_ASYNC_NOTIFY: u32 = bindings::ib_qp_attr_mask_IB_QP_EN_SQD_ASYNC_NOTIFY;
-    /// `qp_access_flags`.
-    pub const ACCESS_FLAGS: u32 = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
-    /// `pkey_index`.
-    pub const PKEY_INDEX: u32 = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX;
-    /// `port_num`.
-    pub const PORT: u32 = bindings::ib_qp_attr_mask_IB_QP_PORT;
-    /// `qkey`.
-    pub const QKEY: u32 = bindings::ib_qp_attr_mask_IB_QP_QKEY;
-    /// `ah_attr`.
-    pub const AV: u32 = bindings::ib_qp_attr_mask_IB_QP_AV;
-    /// `path_mtu`.
-    pub const PATH_MTU: u32 = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU;
-    /// `timeout`.
-    pub const TIMEOUT: u32 = bindings::ib_qp_attr_mask_IB_QP_TIMEOUT;
-    /// `retry_cnt`.
-    pub const RETRY_CNT: u32 = bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT;
-    /// `rnr_retry`.
-    pub const RNR_RETRY: u32 = bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY;
-    /// `rq_psn`.
-    pub const RQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN;
-    /// `max_rd_atomic`.
-    pub const MAX_QP_RD_ATOMIC: u32 = bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC;
-    /// Alternate path (APM).
-    pub const ALT_PATH: u32 = bindings::ib_qp_attr_mask_IB_QP_ALT_PATH;
-    /// `min_rnr_timer`.
-    pub const MIN_RNR_TIMER: u32 = bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER;
-    /// `sq_psn`.
-    pub const SQ_PSN: u32 = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN;
-    /// `max_dest_rd_atomic`.
-    pub const MAX_DEST_RD_ATOMIC: u32 = bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC;
-    /// Path migration state (APM).
-    pub const PATH_MIG_STATE: u32 = bindings::ib_qp_attr_mask_IB_QP_PATH_MIG_STATE;
-    /// `cap` (resize).
-    pub const CAP: u32 = bindings::ib_qp_attr_mask_IB_QP_CAP;
-    /// `dest_qp_num`.
-    pub const DEST_QPN: u32 = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN;
-    /// Rate limit.
-    pub const RATE_LIMIT: u32 = bindings::ib_qp_attr_mask_IB_QP_RATE_LIMIT;
+crate::impl_flags!(
+    /// The attributes a `modify_qp` sets (`enum ib_qp_attr_mask`).
+    ///
+    /// It holds the bits the caller passed, unknown ones included (see
+    /// [`QpAttrMask::from_raw`]), so that a driver can refuse what it does not support.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct QpAttrMask(u32);
+
+    /// One attribute of a `modify_qp`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum QpAttrFlag {
+        /// `qp_state`.
+        State = bindings::ib_qp_attr_mask_IB_QP_STATE,
+        /// `cur_qp_state`.
+        CurState = bindings::ib_qp_attr_mask_IB_QP_CUR_STATE,
+        /// `en_sqd_async_notify`.
+        EnSqdAsyncNotify = bindings::ib_qp_attr_mask_IB_QP_EN_SQD_ASYNC_NOTIFY,
+        /// `qp_access_flags`.
+        AccessFlags = bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS,
+        /// `pkey_index`.
+        PkeyIndex = bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX,
+        /// `port_num`.
+        Port = bindings::ib_qp_attr_mask_IB_QP_PORT,
+        /// `qkey`.
+        Qkey = bindings::ib_qp_attr_mask_IB_QP_QKEY,
+        /// `ah_attr`.
+        Av = bindings::ib_qp_attr_mask_IB_QP_AV,
+        /// `path_mtu`.
+        PathMtu = bindings::ib_qp_attr_mask_IB_QP_PATH_MTU,
+        /// `timeout`.
+        Timeout = bindings::ib_qp_attr_mask_IB_QP_TIMEOUT,
+        /// `retry_cnt`.
+        RetryCnt = bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT,
+        /// `rnr_retry`.
+        RnrRetry = bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY,
+        /// `rq_psn`.
+        RqPsn = bindings::ib_qp_attr_mask_IB_QP_RQ_PSN,
+        /// `max_rd_atomic`.
+        MaxQpRdAtomic = bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC,
+        /// Alternate path (APM).
+        AltPath = bindings::ib_qp_attr_mask_IB_QP_ALT_PATH,
+        /// `min_rnr_timer`.
+        MinRnrTimer = bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER,
+        /// `sq_psn`.
+        SqPsn = bindings::ib_qp_attr_mask_IB_QP_SQ_PSN,
+        /// `max_dest_rd_atomic`.
+        MaxDestRdAtomic = bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC,
+        /// Path migration state (APM).
+        PathMigState = bindings::ib_qp_attr_mask_IB_QP_PATH_MIG_STATE,
+        /// `cap` (resize).
+        Cap = bindings::ib_qp_attr_mask_IB_QP_CAP,
+        /// `dest_qp_num`.
+        DestQpn = bindings::ib_qp_attr_mask_IB_QP_DEST_QPN,
+        /// Rate limit.
+        RateLimit = bindings::ib_qp_attr_mask_IB_QP_RATE_LIMIT,
+    }
+);
+
+impl QpAttrMask {
+    /// The mask as ib_core passed it, bits no [`QpAttrFlag`] names included.
+    pub const fn from_raw(bits: u32) -> Self {
+        Self(bits)
+    }
+
+    /// The raw mask.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether the mask sets an attribute outside `supported`.
+    pub const fn exceeds(self, supported: QpAttrMask) -> bool {
+        self.0 & !supported.0 != 0
+    }
 }
 
 /// QP attributes of a `modify_qp` (fields outside the mask are unspecified).
@@ -241,7 +267,7 @@ pub struct QpAttr {
 ///
 /// The table has a column per type below `IB_QPT_MAX` only; any other type (e.g.
 /// `IB_QPT_DRIVER`, which ib_core passes for driver-specific QPs) has no transitions.
-pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: u32) -> bool {
+pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: QpAttrMask) -> bool {
     let ty = ty.to_raw();
     // `ib_modify_qp_is_ok` indexes `req_param[type]` and `opt_param[type]` unchecked.
     if ty >= bindings::ib_qp_type_IB_QPT_MAX {
@@ -249,7 +275,7 @@ pub fn transition_ok(cur: QpState, next: QpState, ty: QpType, mask: u32) -> bool
     }
     // SAFETY: A pure lookup in a static table: both states are `enum ib_qp_state` values
     // (a `QpState`) and `ty` is below `IB_QPT_MAX`, so every index is in bounds.
-    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty, mask) }
+    unsafe { bindings::ib_modify_qp_is_ok(cur as u32, next as u32, ty, mask.bits()) }
 }
 
 /// The object of a QP of driver `T`: its event handle and the driver's data.
@@ -306,23 +332,22 @@ pub(crate) unsafe extern "C" fn create_qp<T: Driver>(
         };
         let events = QpEventsInner::new(qp)?;
         let handle = events.clone();
-        let created = if udata.is_null() {
-            let name = QpRef::new(NonNull::new(qp).ok_or(EINVAL)?);
-            // SAFETY: Called from an ib_core callback.
-            unsafe { dev.with_data(|d| T::create_kernel_qp(d, pd_data, &mut attr, handle, name)) }
-        } else {
-            // SAFETY: `udata` is valid for this call.
-            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP);
-            // SAFETY: As above.
-            let ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL);
-            ctx.and_then(|ctx| {
-                let mut ud = ud?;
+        let create = || {
+            if udata.is_null() {
+                let name = QpRef::new(NonNull::new(qp).ok_or(EINVAL)?);
                 // SAFETY: Called from an ib_core callback.
-                unsafe {
-                    dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud))
-                }
-            })
+                return unsafe {
+                    dev.with_data(|d| T::create_kernel_qp(d, pd_data, &mut attr, handle, name))
+                };
+            }
+            // SAFETY: `udata` is valid for this call.
+            let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+            // SAFETY: As above.
+            let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::create_qp(d, ctx, pd_data, &mut attr, handle, &mut ud)) }
         };
+        let created = create();
         // ib_core frees the QP when this fails: a handle the driver may have kept (against
         // its contract) must not reach it.
         let new = created.inspect_err(|_| events.revoke())?;
@@ -348,22 +373,22 @@ pub(crate) unsafe extern "C" fn modify_qp<T: Driver>(
     udata: *mut bindings::ib_udata,
 ) -> c_int {
     crate::error::from_result(|| {
-        let mask = mask as u32;
+        let mask = QpAttrMask::from_raw(mask as u32);
         // SAFETY: `attr` is valid (callback contract).
         let a = unsafe { &*attr };
-        let av = if mask & attr_mask::AV != 0 {
+        let av = if mask.contains(QpAttrFlag::Av) {
             // SAFETY: With `IB_QP_AV` the AV was resolved and its source GID is held.
             Some(unsafe { Av::from_raw(&a.ah_attr) }?)
         } else {
             None
         };
         let decoded = QpAttr {
-            state: if mask & attr_mask::STATE != 0 {
+            state: if mask.contains(QpAttrFlag::State) {
                 QpState::from_raw(a.qp_state)?
             } else {
                 QpState::Reset
             },
-            cur_state: if mask & attr_mask::CUR_STATE != 0 {
+            cur_state: if mask.contains(QpAttrFlag::CurState) {
                 QpState::from_raw(a.cur_qp_state)?
             } else {
                 QpState::Reset
@@ -373,7 +398,7 @@ pub(crate) unsafe extern "C" fn modify_qp<T: Driver>(
             rq_psn: a.rq_psn,
             sq_psn: a.sq_psn,
             dest_qp_num: a.dest_qp_num,
-            access: Access(a.qp_access_flags as u32),
+            access: Access::from_raw(a.qp_access_flags as u32),
             pkey_index: a.pkey_index,
             port: a.port_num,
             max_rd_atomic: a.max_rd_atomic,
@@ -511,8 +536,9 @@ pub(crate) unsafe extern "C" fn destroy_qp<T: Driver>(
 mod tests {
     use super::*;
 
-    const INIT: u32 =
-        attr_mask::STATE | attr_mask::PKEY_INDEX | attr_mask::PORT | attr_mask::ACCESS_FLAGS;
+    fn init() -> QpAttrMask {
+        QpAttrFlag::State | QpAttrFlag::PkeyIndex | QpAttrFlag::Port | QpAttrFlag::AccessFlags
+    }
 
     #[test]
     fn transition_ok_follows_ib_cores_table_for_known_types() {
@@ -520,18 +546,23 @@ mod tests {
             QpState::Reset,
             QpState::Init,
             QpType::Rc,
-            INIT
+            init()
         ));
         assert!(!transition_ok(
             QpState::Reset,
             QpState::Init,
             QpType::Rc,
-            attr_mask::STATE
+            QpAttrFlag::State.into()
         ));
         // UC is in the table although this enum has no name for it.
         let uc = QpType::Other(bindings::ib_qp_type_IB_QPT_UC);
-        assert!(transition_ok(QpState::Reset, QpState::Init, uc, INIT));
-        assert!(transition_ok(QpState::Reset, QpState::Reset, QpType::Ud, 0));
+        assert!(transition_ok(QpState::Reset, QpState::Init, uc, init()));
+        assert!(transition_ok(
+            QpState::Reset,
+            QpState::Reset,
+            QpType::Ud,
+            QpAttrMask::empty()
+        ));
     }
 
     #[test]
@@ -546,13 +577,18 @@ mod tests {
             bindings::ib_qp_type_IB_QPT_DRIVER,
         ] {
             let ty = QpType::Other(t);
-            assert!(!transition_ok(QpState::Reset, QpState::Reset, ty, 0));
-            assert!(!transition_ok(QpState::Reset, QpState::Init, ty, INIT));
+            assert!(!transition_ok(
+                QpState::Reset,
+                QpState::Reset,
+                ty,
+                QpAttrMask::empty()
+            ));
+            assert!(!transition_ok(QpState::Reset, QpState::Init, ty, init()));
             assert!(!transition_ok(
                 QpState::Rts,
                 QpState::Err,
                 ty,
-                attr_mask::STATE
+                QpAttrFlag::State.into()
             ));
         }
     }

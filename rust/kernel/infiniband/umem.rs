@@ -43,8 +43,9 @@ impl Umem {
         let addr = usize::try_from(addr)?;
         let len = usize::try_from(len)?;
         // SAFETY: Guaranteed by the caller; the function checks the range and the flags.
-        let raw =
-            from_err_ptr(unsafe { bindings::ib_umem_get_va(ib, addr as _, len, access.0 as _) })?;
+        let raw = from_err_ptr(unsafe {
+            bindings::ib_umem_get_va(ib, addr as _, len, access.bits() as _)
+        })?;
         let raw = NonNull::new(raw).ok_or(EFAULT)?;
         // INVARIANT: `raw` was just returned by `ib_umem_get_va()`.
         Ok(Self { raw })

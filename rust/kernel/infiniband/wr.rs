@@ -222,7 +222,7 @@ impl<'a, T: Driver> SendWrs<'a, T> {
                 reg_mr = Some(r.mr);
                 SendOp::RegMr {
                     key: r.key,
-                    access: Access::new(r.access as u32),
+                    access: Access::from_raw(r.access as u32),
                     iova,
                     length,
                     page_size,

@@ -21,8 +21,9 @@ use kernel::{
     device,
     infiniband::{
         self, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr, DriverId,
-        MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpEvent, QpEvents, QpInitAttr, QpQuery,
-        QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem, UserMrRequest, WcSink,
+        MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents, QpInitAttr,
+        QpQuery, QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem, UserMrRequest,
+        WcSink,
     },
     io::Io,
     irq::IrqReturn,
@@ -821,7 +822,7 @@ impl infiniband::Driver for FerrdmaIb {
         data: &IbData<'_>,
         qp: &Qp,
         attr: &QpAttr,
-        mask: u32,
+        mask: QpAttrMask,
         udata: Option<&mut UData<'_>>,
     ) -> Result {
         data.modify_qp(qp, attr, mask, udata)

@@ -17,7 +17,7 @@ use crate::{
 };
 use kernel::{
     dma::Coherent,
-    infiniband::{self, Access, Destroyed, NewMr, UData, Umem, UserMrRequest},
+    infiniband::{self, Access, AccessFlag as A, Destroyed, NewMr, UData, Umem, UserMrRequest},
     io::io_write,
     prelude::*,
     sync::{
@@ -165,22 +165,21 @@ fn fast_reg_fields(
 
 /// IB access flags to the device's MR access bits; `EOPNOTSUPP` for rights the device lacks.
 pub(crate) fn mr_access(a: Access) -> Result<u32> {
-    let supported =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::ZERO_BASED;
+    let supported = A::LocalWrite | A::RemoteWrite | A::RemoteRead | A::ZeroBased;
     if a.unsupported(supported) != 0 {
         return Err(EOPNOTSUPP);
     }
     let mut bits = 0;
-    if a.contains(Access::LOCAL_WRITE) {
+    if a.contains(A::LocalWrite) {
         bits |= hw::MR_ACCESS_LOCAL_WRITE;
     }
-    if a.contains(Access::REMOTE_WRITE) {
+    if a.contains(A::RemoteWrite) {
         bits |= hw::MR_ACCESS_REMOTE_WRITE;
     }
-    if a.contains(Access::REMOTE_READ) {
+    if a.contains(A::RemoteRead) {
         bits |= hw::MR_ACCESS_REMOTE_READ;
     }
-    if a.contains(Access::ZERO_BASED) {
+    if a.contains(A::ZeroBased) {
         bits |= hw::MR_ACCESS_ZERO_BASED;
     }
     Ok(bits)
@@ -416,7 +415,7 @@ impl IbData<'_> {
     /// STag, valid on kernel (privileged) QPs only. There is no remote access to all of
     /// memory.
     pub(crate) fn get_dma_mr(&self, access: Access) -> Result<NewMr<Mr>> {
-        if access.unsupported(Access::LOCAL_WRITE) != 0 {
+        if access.unsupported(A::LocalWrite.into()) != 0 {
             return Err(EOPNOTSUPP);
         }
         Ok(NewMr {
@@ -453,28 +452,31 @@ mod tests {
 
     #[test]
     fn access_mapping() {
-        let a = |b| mr_access(Access::new(b));
-        assert_eq!(a(0).ok(), Some(0));
+        let a = |b: Access| mr_access(b);
+        let raw = |b| mr_access(Access::from_raw(b));
+        assert_eq!(a(Access::empty()).ok(), Some(0));
         assert_eq!(
-            a(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).ok(),
+            a(A::LocalWrite | A::RemoteWrite | A::RemoteRead).ok(),
             Some(
                 hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE | hw::MR_ACCESS_REMOTE_READ
             )
         );
-        assert_eq!(a(Access::ZERO_BASED).ok(), Some(hw::MR_ACCESS_ZERO_BASED));
+        assert_eq!(a(A::ZeroBased.into()).ok(), Some(hw::MR_ACCESS_ZERO_BASED));
         // Relaxed ordering is a hint the device may ignore.
         assert_eq!(
-            a(Access::LOCAL_WRITE | (1 << 20)).ok(),
+            raw(A::LocalWrite as u32 | (1 << 20)).ok(),
             Some(hw::MR_ACCESS_LOCAL_WRITE)
         );
-        assert!(a(Access::REMOTE_ATOMIC).is_err());
-        assert!(a(Access::MW_BIND).is_err());
-        assert!(a(64).is_err()); // on-demand paging
+        assert!(a(A::RemoteAtomic.into()).is_err());
+        assert!(a(A::MwBind.into()).is_err());
+        assert!(a(A::OnDemand.into()).is_err());
+        // A bit no flag names.
+        assert!(raw(1 << 30).is_err());
     }
 
     #[test]
     fn fast_reg_fields_check_key_pages_page_size_and_rights() {
-        let rw = Access::new(Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let rw = A::LocalWrite | A::RemoteWrite;
         let f = fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4096);
         assert_eq!(
             f.ok(),
@@ -497,15 +499,9 @@ mod tests {
         assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 8192).is_err());
         assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0x2d00, 4095).is_err());
         assert!(fast_reg_fields(5, 3, stag(5, 0x36), rw, 0, 4096).is_err());
-        assert!(fast_reg_fields(
-            5,
-            3,
-            stag(5, 0x36),
-            Access::new(Access::REMOTE_ATOMIC),
-            0x2d00,
-            4096
-        )
-        .is_err());
+        assert!(
+            fast_reg_fields(5, 3, stag(5, 0x36), A::RemoteAtomic.into(), 0x2d00, 4096).is_err()
+        );
     }
 
     #[test]

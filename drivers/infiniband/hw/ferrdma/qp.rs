@@ -15,10 +15,8 @@ use crate::{
 };
 use kernel::{
     infiniband::{
-        av::udp_sport,
-        qp::{attr_mask as m, transition_ok},
-        Access, Av, Destroyed, NewQp, QpAttr, QpCap, QpEvents, QpInitAttr, QpQuery, QpState,
-        QpType, UData,
+        av::udp_sport, qp::transition_ok, Access, AccessFlag, Av, Destroyed, NewQp, QpAttr,
+        QpAttrFlag as F, QpAttrMask, QpCap, QpEvents, QpInitAttr, QpQuery, QpState, QpType, UData,
     },
     new_mutex,
     prelude::*,
@@ -95,24 +93,27 @@ impl Qp {
 }
 
 /// The IB modify_qp attributes the device implements.
-const SUPPORTED_MASK: u32 = m::STATE
-    | m::CUR_STATE
-    | m::ACCESS_FLAGS
-    | m::PKEY_INDEX
-    | m::PORT
-    | m::QKEY
-    | m::AV
-    | m::PATH_MTU
-    | m::TIMEOUT
-    | m::RETRY_CNT
-    | m::RNR_RETRY
-    | m::RQ_PSN
-    | m::MAX_QP_RD_ATOMIC
-    | m::MIN_RNR_TIMER
-    | m::SQ_PSN
-    | m::MAX_DEST_RD_ATOMIC
-    | m::DEST_QPN
-    | m::EN_SQD_ASYNC_NOTIFY;
+/// The attributes the device can set.
+fn supported_mask() -> QpAttrMask {
+    F::State
+        | F::CurState
+        | F::AccessFlags
+        | F::PkeyIndex
+        | F::Port
+        | F::Qkey
+        | F::Av
+        | F::PathMtu
+        | F::Timeout
+        | F::RetryCnt
+        | F::RnrRetry
+        | F::RqPsn
+        | F::MaxQpRdAtomic
+        | F::MinRnrTimer
+        | F::SqPsn
+        | F::MaxDestRdAtomic
+        | F::DestQpn
+        | F::EnSqdAsyncNotify
+}
 
 /// Translates a modify_qp into the device's attributes and mask, starting from the QP's
 /// current attributes `cur`. Pure: the caller has checked the state transition.
@@ -120,97 +121,97 @@ pub(crate) fn device_attrs(
     qp_num: u32,
     cur: &hw::QpAttrs,
     a: &QpAttr,
-    mask: u32,
+    mask: QpAttrMask,
 ) -> Result<(hw::QpAttrs, u32)> {
-    if mask & !SUPPORTED_MASK != 0 {
+    if mask.exceeds(supported_mask()) {
         return Err(EOPNOTSUPP);
     }
     let mut out = *cur;
     let mut dm = 0;
-    if mask & m::STATE != 0 {
+    if mask.contains(F::State) {
         out.state = a.state as u8;
         dm |= hw::qp_attr::STATE;
     }
-    if mask & m::PKEY_INDEX != 0 && a.pkey_index != 0 {
+    if mask.contains(F::PkeyIndex) && a.pkey_index != 0 {
         return Err(EINVAL);
     }
-    if mask & m::PORT != 0 && a.port != 1 {
+    if mask.contains(F::Port) && a.port != 1 {
         return Err(EINVAL);
     }
-    if mask & m::ACCESS_FLAGS != 0 {
+    if mask.contains(F::AccessFlags) {
         // Atomics are never granted (the device reports no atomic capability), so the bit
         // is harmless to accept; local write is implicit for QPs.
         let mut acc = 0;
-        if a.access.contains(Access::REMOTE_WRITE) {
+        if a.access.contains(AccessFlag::RemoteWrite) {
             acc |= hw::QP_ACCESS_REMOTE_WRITE;
         }
-        if a.access.contains(Access::REMOTE_READ) {
+        if a.access.contains(AccessFlag::RemoteRead) {
             acc |= hw::QP_ACCESS_REMOTE_READ;
         }
         out.access = acc;
         dm |= hw::qp_attr::ACCESS;
     }
-    if mask & m::QKEY != 0 {
+    if mask.contains(F::Qkey) {
         out.qkey = a.qkey;
         dm |= hw::qp_attr::QKEY;
     }
-    if mask & m::DEST_QPN != 0 {
+    if mask.contains(F::DestQpn) {
         if a.dest_qp_num > 0xff_ffff {
             return Err(EINVAL);
         }
         out.dest_qpn = a.dest_qp_num;
         dm |= hw::qp_attr::DEST_QPN;
     }
-    if mask & m::PATH_MTU != 0 {
+    if mask.contains(F::PathMtu) {
         let mtu = u8::try_from(a.path_mtu).map_err(|_| EINVAL)?;
         hw::mtu_bytes(mtu).ok_or(EINVAL)?;
         out.path_mtu = mtu;
         dm |= hw::qp_attr::PATH_MTU;
     }
-    if mask & m::TIMEOUT != 0 {
+    if mask.contains(F::Timeout) {
         if a.timeout > 31 {
             return Err(EINVAL);
         }
         out.timeout = a.timeout;
         dm |= hw::qp_attr::TIMEOUT;
     }
-    if mask & m::RETRY_CNT != 0 {
+    if mask.contains(F::RetryCnt) {
         if a.retry_cnt > 7 {
             return Err(EINVAL);
         }
         out.retry_cnt = a.retry_cnt;
         dm |= hw::qp_attr::RETRY_CNT;
     }
-    if mask & m::RNR_RETRY != 0 {
+    if mask.contains(F::RnrRetry) {
         if a.rnr_retry > 7 {
             return Err(EINVAL);
         }
         out.rnr_retry = a.rnr_retry;
         dm |= hw::qp_attr::RNR_RETRY;
     }
-    if mask & m::MIN_RNR_TIMER != 0 {
+    if mask.contains(F::MinRnrTimer) {
         if a.min_rnr_timer > 31 {
             return Err(EINVAL);
         }
         out.min_rnr_timer = a.min_rnr_timer;
         dm |= hw::qp_attr::MIN_RNR_TIMER;
     }
-    if mask & m::RQ_PSN != 0 {
+    if mask.contains(F::RqPsn) {
         out.rq_psn = a.rq_psn & 0xff_ffff;
         dm |= hw::qp_attr::RQ_PSN;
     }
-    if mask & m::SQ_PSN != 0 {
+    if mask.contains(F::SqPsn) {
         out.sq_psn = a.sq_psn & 0xff_ffff;
         dm |= hw::qp_attr::SQ_PSN;
     }
-    if mask & m::MAX_QP_RD_ATOMIC != 0 {
+    if mask.contains(F::MaxQpRdAtomic) {
         if a.max_rd_atomic > hw::MAX_RD_ATOMIC {
             return Err(EINVAL);
         }
         out.max_rd_atomic = a.max_rd_atomic;
         dm |= hw::qp_attr::MAX_RD_ATOMIC;
     }
-    if mask & m::MAX_DEST_RD_ATOMIC != 0 {
+    if mask.contains(F::MaxDestRdAtomic) {
         if a.max_dest_rd_atomic > hw::MAX_RD_ATOMIC {
             return Err(EINVAL);
         }
@@ -374,16 +375,20 @@ impl IbData<'_> {
         &self,
         qp: &Qp,
         a: &QpAttr,
-        mask: u32,
+        mask: QpAttrMask,
         udata: Option<&mut UData<'_>>,
     ) -> Result {
         let mut soft = qp.soft.lock();
         // The driver's own state decides (as in irdma); a consumer's claim must match it.
         let cur = soft.state;
-        if mask & m::CUR_STATE != 0 && a.cur_state != cur {
+        if mask.contains(F::CurState) && a.cur_state != cur {
             return Err(EINVAL);
         }
-        let next = if mask & m::STATE != 0 { a.state } else { cur };
+        let next = if mask.contains(F::State) {
+            a.state
+        } else {
+            cur
+        };
         if !transition_ok(cur, next, qp.qp_type, mask) {
             return Err(EINVAL);
         }
@@ -450,12 +455,12 @@ impl IbData<'_> {
         let s = *soft;
         drop(soft);
         let a = &s.attrs;
-        let mut access = 0;
+        let mut access = Access::empty();
         if a.access & hw::QP_ACCESS_REMOTE_WRITE != 0 {
-            access |= Access::REMOTE_WRITE;
+            access |= AccessFlag::RemoteWrite;
         }
         if a.access & hw::QP_ACCESS_REMOTE_READ != 0 {
-            access |= Access::REMOTE_READ;
+            access |= AccessFlag::RemoteRead;
         }
         Ok(QpQuery {
             state: s.state,
@@ -464,7 +469,7 @@ impl IbData<'_> {
             rq_psn: a.rq_psn,
             sq_psn: a.sq_psn,
             dest_qp_num: a.dest_qpn,
-            access: Access::new(access),
+            access,
             max_rd_atomic: a.max_rd_atomic,
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             min_rnr_timer: a.min_rnr_timer,
@@ -505,7 +510,7 @@ mod tests {
             rq_psn: 0x0100_0005,
             sq_psn: 7,
             dest_qp_num: 9,
-            access: Access::new(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE),
+            access: AccessFlag::RemoteWrite | AccessFlag::RemoteRead | AccessFlag::LocalWrite,
             pkey_index: 0,
             port: 1,
             max_rd_atomic: 16,
@@ -524,12 +529,8 @@ mod tests {
 
     #[test]
     fn rtr_attributes_translate() {
-        let mask = m::STATE
-            | m::PATH_MTU
-            | m::DEST_QPN
-            | m::RQ_PSN
-            | m::MAX_DEST_RD_ATOMIC
-            | m::MIN_RNR_TIMER;
+        let mask =
+            F::State | F::PathMtu | F::DestQpn | F::RqPsn | F::MaxDestRdAtomic | F::MinRnrTimer;
         let r = device_attrs(5, &zero(), &attr(QpState::Rtr), mask);
         assert!(r.is_ok());
         if let Ok((a, dm)) = r {
@@ -553,27 +554,27 @@ mod tests {
         let z = zero();
         let mut a = attr(QpState::Rts);
         a.path_mtu = 6;
-        assert!(device_attrs(2, &z, &a, m::PATH_MTU).is_err());
+        assert!(device_attrs(2, &z, &a, F::PathMtu.into()).is_err());
         a = attr(QpState::Rts);
         a.retry_cnt = 8;
-        assert!(device_attrs(2, &z, &a, m::RETRY_CNT).is_err());
+        assert!(device_attrs(2, &z, &a, F::RetryCnt.into()).is_err());
         a = attr(QpState::Rts);
         a.max_rd_atomic = 17;
-        assert!(device_attrs(2, &z, &a, m::MAX_QP_RD_ATOMIC).is_err());
+        assert!(device_attrs(2, &z, &a, F::MaxQpRdAtomic.into()).is_err());
         a = attr(QpState::Rts);
         a.dest_qp_num = 1 << 24;
-        assert!(device_attrs(2, &z, &a, m::DEST_QPN).is_err());
+        assert!(device_attrs(2, &z, &a, F::DestQpn.into()).is_err());
         a = attr(QpState::Init);
         a.pkey_index = 1;
-        assert!(device_attrs(2, &z, &a, m::PKEY_INDEX).is_err());
+        assert!(device_attrs(2, &z, &a, F::PkeyIndex.into()).is_err());
         // Alternate paths and rate limits are not implemented.
-        assert!(matches!(device_attrs(2, &z, &a, m::ALT_PATH), Err(e) if e == EOPNOTSUPP));
-        assert!(matches!(device_attrs(2, &z, &a, m::RATE_LIMIT), Err(e) if e == EOPNOTSUPP));
+        assert!(matches!(device_attrs(2, &z, &a, F::AltPath.into()), Err(e) if e == EOPNOTSUPP));
+        assert!(matches!(device_attrs(2, &z, &a, F::RateLimit.into()), Err(e) if e == EOPNOTSUPP));
     }
 
     #[test]
     fn access_and_av() {
-        let r = device_attrs(2, &zero(), &attr(QpState::Init), m::ACCESS_FLAGS);
+        let r = device_attrs(2, &zero(), &attr(QpState::Init), F::AccessFlags.into());
         assert!(
             matches!(r, Ok((a, _)) if a.access == hw::QP_ACCESS_REMOTE_WRITE | hw::QP_ACCESS_REMOTE_READ)
         );

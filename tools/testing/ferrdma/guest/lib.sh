@@ -71,6 +71,17 @@ unload_ferrdma() {
 	! module_loaded || fail "ferrdma is still loaded after rmmod"
 }
 
+# expect_no_removal_leak [MARKER [CONTEXT]]: fails if the driver's removal check reported an
+# id or event handle still held when a device went away ("leaked at removal", a WARN the
+# splat scan would also fail, without saying which), in the kernel log since the line that
+# ends with MARKER (the whole log without one).
+expect_no_removal_leak() {
+	local leak
+	leak=$(dmesg | { if [ -n "${1:-}" ]; then sed -n "/$1\$/,\$p"; else cat; fi; } \
+		| grep -o 'leaked at removal.*' | tail -1 || true)
+	[ -z "$leak" ] || fail "${2:+$2: }$leak"
+}
+
 # probe_lines: the driver's probe summary lines in the kernel log so far.
 probe_lines() {
 	dmesg | grep -E "$FERRDMA_PROBE_RE" || true

@@ -58,9 +58,7 @@ for every in ${1:-3 5 8 13}; do
 	[ -n "$injected" ] && [ "$injected" -gt 0 ] \
 		|| fail "fault_every=$every: the driver reports no injected failure"
 	note "fault_every=$every: $injected steps failed"
-	if dmesg | sed -n "/ferrdma-test: fault injection every $every\$/,\$p" | grep -q 'leaked at removal'; then
-		fail "fault_every=$every: $(dmesg | grep -o 'leaked at removal.*' | tail -1)"
-	fi
+	expect_no_removal_leak "ferrdma-test: fault injection every $every" "fault_every=$every"
 done
 
 # The device still works as before once injection is off.
