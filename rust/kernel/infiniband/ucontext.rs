@@ -6,10 +6,9 @@
 use super::Driver;
 use crate::{
     bindings,
-    device::Bound,
     error::to_result,
+    io::resource::{Flags, Resource},
     page::{PAGE_SHIFT, PAGE_SIZE},
-    pci,
     prelude::*,
     types::Opaque,
 };
@@ -48,43 +47,44 @@ pub(crate) struct UContextData<T: Driver> {
     pub(crate) mmaps: MmapEntries,
 }
 
-/// Device memory that user contexts may map: a memory BAR of a bound PCI device.
+/// Device memory that user contexts may map: a memory resource of a device (a PCI memory BAR,
+/// a platform device's register window).
 ///
 /// Only this type can be offered to a process with [`UContextInit::insert_io_mmap`], so safe
 /// code cannot map arbitrary physical memory (RAM, another device, I/O port numbers).
 ///
 /// # Invariants
 ///
-/// `start` and `len` are page-aligned, `len` is not zero, and `start..start + len` is a memory
-/// BAR (`IORESOURCE_MEM`) of a PCI device that stays bound to its driver for `'a`.
+/// `start` and `len` are page-aligned, `len` is not zero, and `start..start + len` is an
+/// `IORESOURCE_MEM` resource of a device, which stays assigned for `'a`.
 #[derive(Clone, Copy)]
 pub struct MmioWindow<'a> {
     start: u64,
     len: u64,
-    _bound: core::marker::PhantomData<&'a pci::Device<Bound>>,
+    _resource: core::marker::PhantomData<&'a Resource>,
 }
 
 impl<'a> MmioWindow<'a> {
-    /// The whole of memory BAR `bar` of `pdev`.
+    /// The whole of memory resource `res` (e.g. from `pci::Device::resource`).
     ///
-    /// Fails with `EINVAL` for an I/O port BAR, an unassigned or empty one, or one that does
+    /// Fails with `EINVAL` for I/O ports, an unassigned or empty resource, or one that does
     /// not start and end on page boundaries (it could not be mapped without exposing the
     /// neighbouring physical memory).
-    pub fn from_pci_bar(pdev: &'a pci::Device<Bound>, bar: u32) -> Result<Self> {
-        if !pdev.resource_is_mem(bar)? {
+    pub fn from_resource(res: &'a Resource) -> Result<Self> {
+        if !res.flags().contains(Flags::IORESOURCE_MEM) {
             return Err(EINVAL);
         }
-        let start = pdev.resource_start(bar)?;
-        let len = pdev.resource_len(bar)?;
+        let start = u64::try_from(res.start())?;
+        let len = u64::try_from(res.size())?;
         let page = PAGE_SIZE as u64;
         if len == 0 || start % page != 0 || len % page != 0 {
             return Err(EINVAL);
         }
-        // INVARIANT: checked above; `pdev` is bound for `'a`.
+        // INVARIANT: checked above; the resource is borrowed for `'a`.
         Ok(Self {
             start,
             len,
-            _bound: core::marker::PhantomData,
+            _resource: core::marker::PhantomData,
         })
     }
 

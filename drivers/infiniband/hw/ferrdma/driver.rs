@@ -176,7 +176,7 @@ impl pci::Driver for FerrdmaDriver {
                 && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
             {
                 (
-                    Some(MmioWindow::from_pci_bar(pdev, hw::DB_BAR_INDEX)?),
+                    Some(MmioWindow::from_resource(pdev.resource(hw::DB_BAR_INDEX)?)?),
                     Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(
                         hw::DB_BAR_INDEX,
                         c"ferrdma-db",
