@@ -101,7 +101,7 @@ done
 wait "$pid"; rc=$?
 set -e
 if [ "$rc" != 0 ]; then
-	grep -E 'error|Error|warning:' "$build/build.log" | head -40 >&2
+	grep -m40 -E 'error|Error|warning:' "$build/build.log" >&2
 	tail -20 "$build/build.log" >&2
 	die "kernel build failed (full log: $build/build.log)"
 fi

@@ -38,8 +38,8 @@ mmdebstrap --variant=apt --mode=root --components=main \
 	|| die "mmdebstrap failed (see above)"
 
 # QEMU must offer vfio-user-pci: the NIC is a vfio-user server.
-if ! chroot "$root.tmp" qemu-system-x86_64 -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
-	die "the sysroot's QEMU ($(chroot "$root.tmp" qemu-system-x86_64 --version | head -1)) has no vfio-user-pci device"
+if ! chroot "$root.tmp" qemu-system-x86_64 -device help 2>/dev/null | grep '"vfio-user-pci"' > /dev/null; then
+	die "the sysroot's QEMU ($(chroot "$root.tmp" qemu-system-x86_64 --version | sed -n 1p)) has no vfio-user-pci device"
 fi
 touch "$root.tmp/.ferrdma-ready"
 mv "$root.tmp" "$root"
@@ -48,5 +48,5 @@ mv "$root.tmp" "$root"
 ls -1dt "$FERRDMA_CACHE"/sysroot-*/.ferrdma-ready 2>/dev/null | tail -n +4 | while read -r ready; do
 	rm -rf "$(dirname "$ready")"
 done
-log "sysroot: ready ($(chroot "$root" qemu-system-x86_64 --version | head -1), $(chroot "$root" rustc --version))"
+log "sysroot: ready ($(chroot "$root" qemu-system-x86_64 --version | sed -n 1p), $(chroot "$root" rustc --version))"
 echo "$root"

@@ -444,6 +444,60 @@ upstream rust_doctests_kernel
         self.assertEqual(manifest.check(m, scripts, set(m.vm), set(m.kunit + m.upstream)), [])
 
 
+class EarlyExitReaderTest(unittest.TestCase):
+    """No `| grep -q`, `| grep -m` or `| head` in shell code that runs under pipefail.
+
+    A reader that exits at its first match makes the writer die of SIGPIPE once the output
+    outgrows the pipe's buffer, and pipefail turns that into a failed pipeline although the line
+    was found: the KASAN lane's "this kernel has no KASAN" in CI on 2026-12-04. guest/lib.sh's
+    has_line reads all of its input instead.
+    """
+
+    # A single `|` (not `||`), then grep with q or m among its short options, or head.
+    PATTERN = re.compile(r"(?<!\|)\|(?!\|)\s*(grep\s+([^|;&]*\s)?-[a-zA-Z]*[qm][a-zA-Z]*\b|head\b)")
+
+    def shell_files(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        top = os.path.normpath(os.path.join(here, "..", "..", ".."))
+        dirs = [os.path.join(here, d) for d in ("tests", "guest", "progs", "kmod")]
+        dirs.append(os.path.join(top, "scripts"))
+        for d in dirs:
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isfile(path):
+                    continue
+                with open(path, errors="replace") as f:
+                    text = f.read()
+                if name.endswith(".sh") or text.startswith(("#!/bin/bash", "#!/usr/bin/env bash")):
+                    yield path, text
+
+    def test_the_pipeline_really_fails(self):
+        # The failure mode itself, so that the rule below is not superstition.
+        script = "set -o pipefail; seq 1 200000 | grep -q '^1$'"
+        rc = subprocess.run(["bash", "-c", script]).returncode
+        self.assertEqual(rc, 141)
+        script = "set -o pipefail; seq 1 200000 | grep -E '^1$' > /dev/null"
+        self.assertEqual(subprocess.run(["bash", "-c", script]).returncode, 0)
+
+    def test_no_early_exit_reader_in_a_pipeline(self):
+        found = []
+        for path, text in self.shell_files():
+            for n, line in enumerate(text.splitlines(), 1):
+                code = line.split("#", 1)[0] if line.lstrip().startswith("#") else line
+                if self.PATTERN.search(code):
+                    found.append(f"{path}:{n}: {line.strip()}")
+        self.assertEqual(found, [], "use has_line (guest/lib.sh), grep -m on a file, or sed -n 1p")
+
+    def test_the_pattern_tells_a_pipe_from_an_or(self):
+        self.assertTrue(self.PATTERN.search("dmesg | grep -q x"))
+        self.assertTrue(self.PATTERN.search("rdma res | grep -qE x"))
+        self.assertTrue(self.PATTERN.search("ls | head -1"))
+        self.assertTrue(self.PATTERN.search("x | grep -w a | grep -vq b"))
+        self.assertFalse(self.PATTERN.search("dmesg | grep -o 'mq' | tail -1"))
+        self.assertFalse(self.PATTERN.search("[ -z x ] || grep -qE x file"))
+        self.assertFalse(self.PATTERN.search("dmesg | has_line x"))
+
+
 def run_tests_discover():
     """run-tests' discover() (run-tests is a script, not a module)."""
     import importlib.machinery

@@ -129,7 +129,7 @@ cm_teardown() {
 
 # cm_listening PORT: true if rdma_cm shows a listener on PORT.
 cm_listening() {
-	rdma res show cm_id 2>/dev/null | grep LISTEN | grep -qE "src-addr [^ ]*[:.]$1( |$)"
+	rdma res show cm_id 2>/dev/null | grep LISTEN | has_line "src-addr [^ ]*[:.]$1( |$)"
 }
 
 # cm_wait_listener PID PORT LOG: waits up to 20 s until the server PID listens on rdma_cm PORT

@@ -48,6 +48,16 @@ need_nic() {
 	[ "${FERRDMA_HAVE_NIC:-0}" = 1 ] || fail "this test needs the ferrdma NIC (the harness ran with --no-nic)"
 }
 
+# has_line [GREP-OPTION...] ERE: true if a line of standard input matches ERE (grep -E; with
+# -v, if a line does not). Use it instead of `| grep -q`, `| grep -m` or `| head`: those stop
+# reading at the first match, the writer (dmesg, rdma, echo of a long string) then dies of
+# SIGPIPE, and under pipefail the pipeline fails although the line was there. The KASAN lane's
+# check for KASAN's boot line failed in CI that way (dmesg of a KASAN boot is over 64 KiB, the
+# pipe's buffer); test_selftest rejects the pattern in tests and helpers.
+has_line() {
+	grep -E "$@" > /dev/null
+}
+
 # module_loaded: true while the ferrdma module is in the kernel.
 module_loaded() {
 	grep -q '^ferrdma ' /proc/modules || [ -d /sys/module/ferrdma ]
@@ -328,7 +338,7 @@ kmemleak_check() {
 	suspects=$(grep -c '^unreferenced object' /tmp/kmemleak || true)
 	bad=$(kmemleak_rdma /tmp/kmemleak)
 	if [ -n "$bad" ]; then
-		echo "$bad" | head -150
+		sed -n 1,150p <<< "$bad"
 		fail "kmemleak: $(echo "$bad" | grep -c '^unreferenced object') suspected leak(s) after $1 (of $suspects suspects in all)"
 	fi
 	if [ "$suspects" != 0 ]; then

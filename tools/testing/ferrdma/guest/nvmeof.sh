@@ -84,10 +84,10 @@ nvmeof_target_down() {
 nvmeof_known_lockdep() {
 	local log
 	log=$(dmesg | sed -n '/ferrdma-test: nvmet port removal/,/ferrdma-test: expected splat end/p')
-	echo "$log" | grep -q 'circular locking dependency\|lock(' || return 0
-	if echo "$log" | grep -q 'possible circular locking dependency detected' &&
-		echo "$log" | grep -q '(nvmet_config_sem)' &&
-		echo "$log" | grep -q '(&id_priv->handler_mutex)' &&
+	grep -q 'circular locking dependency\|lock(' <<< "$log" || return 0
+	if grep -q 'possible circular locking dependency detected' <<< "$log" &&
+		grep -q '(nvmet_config_sem)' <<< "$log" &&
+		grep -q '(&id_priv->handler_mutex)' <<< "$log" &&
 		[ "$(echo "$log" | grep -c 'WARNING:')" = 1 ]; then
 		note "port removal: the known upstream lockdep report (nvmet_config_sem vs rdma_cm handler_mutex); lockdep is off from here on"
 		return 0
@@ -120,7 +120,7 @@ nvmeof_connect() {
 	# test connects one controller only, so it is the only nvme*n1).
 	local end=$((SECONDS + 20))
 	while :; do
-		NVMEOF_DEV=$(find /sys/block -maxdepth 1 -name 'nvme*n1' -printf '%f\n' | head -1)
+		NVMEOF_DEV=$(find /sys/block -maxdepth 1 -name 'nvme*n1' -printf '%f\n' -quit)
 		[ -n "$NVMEOF_DEV" ] && [ -b "/dev/$NVMEOF_DEV" ] && break
 		NVMEOF_DEV=
 		[ "$SECONDS" -lt "$end" ] || break

@@ -35,7 +35,7 @@ kernel_id() {
 		sha256sum < "$kbuild/$f"
 	done
 }
-key=$({ sha256sum ./*.c Kbuild Makefile build.sh; clang-19 --version | head -1; echo "${make_vars[*]}"; kernel_id; } |
+key=$({ sha256sum ./*.c Kbuild Makefile build.sh; clang-19 --version | sed -n 1p; echo "${make_vars[*]}"; kernel_id; } |
 	sha256sum | cut -c1-16)
 out="$cache/kmod/$key"
 

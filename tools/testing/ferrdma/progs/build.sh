@@ -26,7 +26,7 @@ programs=(solicited-events event-stress async-events destroy-race error-events u
 	verbs-datacheck)
 
 cd "$here"
-key=$({ sha256sum ./*.c ./*.h build.sh; "$CC" --version | head -1; echo "$CFLAGS"; } |
+key=$({ sha256sum ./*.c ./*.h build.sh; "$CC" --version | sed -n 1p; echo "$CFLAGS"; } |
 	sha256sum | cut -c1-16)
 out="$cache/progs/$key"
 

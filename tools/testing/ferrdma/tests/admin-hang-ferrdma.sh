@@ -36,7 +36,7 @@ wait "$holder" 2>/dev/null || true
 # The process is reaped before its files are released only if nothing else holds them; wait
 # until ib_core has no user object of ferrdma0 left.
 end=$((SECONDS + 15))
-while rdma res show qp | grep -w ferrdma0 | grep -vq 'comm \['; do
+while rdma res show qp | grep -w ferrdma0 | has_line -v 'comm \['; do
 	[ "$SECONDS" -lt "$end" ] || fail "the killed process's QP is still there after 15 s: $(rdma res show qp)"
 	nap 0.2
 done
@@ -52,7 +52,7 @@ echo "ferrdma-test: expected splat begin dma-debug-leak call-trace" > /dev/kmsg
 timeout 15 rmmod ferrdma || fail "rmmod ferrdma with a dead device did not complete within 15 s"
 echo "ferrdma-test: expected splat end" > /dev/kmsg
 note "rmmod with a dead device took $(cs_seconds $(($(uptime_cs) - t0))) s"
-dmesg | grep -q 'device driver has pending DMA allocations while released' \
+dmesg | has_line 'device driver has pending DMA allocations while released' \
 	|| fail "DMA-API debug saw no abandoned DMA memory: the dead device's rings were freed?"
 expect_no_removal_leak
 

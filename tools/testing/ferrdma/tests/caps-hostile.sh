@@ -54,7 +54,7 @@ if ! timeout 120 ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 50 -s 4096 -c 127.0.0.
 	fail "ibv_rc_pingpong on the clamped device failed (client)"
 fi
 wait "$spid" || { cat /tmp/client.log /tmp/server.log; fail "ibv_rc_pingpong on the clamped device failed (server)"; }
-note "ibv_rc_pingpong with data check on the clamped device: $(grep -E 'bytes in' /tmp/client.log | head -1)"
+note "ibv_rc_pingpong with data check on the clamped device: $(grep -m1 -E 'bytes in' /tmp/client.log)"
 unload_ferrdma
 
 # 2. impossible: refused.

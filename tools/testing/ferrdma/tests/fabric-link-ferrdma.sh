@@ -20,7 +20,7 @@
 two_vms_up
 
 if [ "$FERRDMA_NODE" = 1 ]; then
-	note "fabric: $(fabric_ctl help | head -1)"
+	note "fabric: $(fabric_ctl help | sed -n 1p)"
 	! fabric_ctl link lan:7 down > /tmp/bad.log || fail "link lan:7 down was accepted"
 	grep -q '^error: no lan:7' /tmp/bad.log || { cat /tmp/bad.log; fail "unexpected reply to a bad port"; }
 	! fabric_ctl fault 0 drop=3 > /tmp/bad.log || fail "fault 0 drop=3 was accepted"
@@ -92,7 +92,7 @@ outage() {
 		fabric_cable 2 up
 		fabric_ctl stats > /tmp/stats.log # the counters outlive the outage
 		note "$name: cable back; $(grep ' nic:1 ' /tmp/stats.log)"
-		grep ' nic:1 ' /tmp/stats.log | grep -qv ' down_dropped=0 ' ||
+		grep ' nic:1 ' /tmp/stats.log | has_line -v ' down_dropped=0 ' ||
 			{ cat /tmp/stats.log; fail "$name: the down link dropped nothing?"; }
 		wait "$pid" || rc=$?
 		note "$name: client ended with status $rc"

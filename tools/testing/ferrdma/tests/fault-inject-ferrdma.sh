@@ -48,8 +48,8 @@ for every in ${1:-3 5 8 13}; do
 	rmmod ferrdma_kverbs_test 2>/dev/null || true
 	churned=$(dmesg | sed -n "/ferrdma-test: kverbs churn every $every\$/,\$p" \
 		| grep -o 'ferrdma_kverbs: churn: .*' || true)
-	echo "$churned" | grep -Eq '^ferrdma_kverbs: churn: 150 rounds, [0-9]+ created, [1-9][0-9]* refused with ENOMEM, 0 other errors$' \
-		|| fail "fault_every=$every: kernel churn: ${churned:-no summary line}"
+	grep -Eq '^ferrdma_kverbs: churn: 150 rounds, [0-9]+ created, [1-9][0-9]* refused with ENOMEM, 0 other errors$' \
+		<<< "$churned" || fail "fault_every=$every: kernel churn: ${churned:-no summary line}"
 	note "fault_every=$every: kernel ${churned#ferrdma_kverbs: }"
 	expect_no_verbs_objects
 	unload_ferrdma

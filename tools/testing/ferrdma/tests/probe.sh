@@ -22,7 +22,7 @@ EXPECT_IRQ_LINES=8
 
 note "PCI devices:"
 lspci -n
-lspci -n | grep -q " $FERRDMA_PCI_ID" || fail "lspci -n does not list $FERRDMA_PCI_ID"
+lspci -n | has_line " $FERRDMA_PCI_ID" || fail "lspci -n does not list $FERRDMA_PCI_ID"
 bdf=$(lspci -D -n -d "$FERRDMA_PCI_ID" | awk 'NR == 1 {print $1}')
 note "ferrdma function at $bdf"
 

@@ -54,7 +54,7 @@ timeout 120 ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 100 -s 4096 -c 127.0.0.1 > 
 wait "$spid" || { cat /tmp/client.log /tmp/server.log; fail "ibv_rc_pingpong after the fuzzer failed (server)"; }
 ! grep -qi 'mismatch\|error' /tmp/client.log /tmp/server.log ||
 	{ cat /tmp/client.log /tmp/server.log; fail "ibv_rc_pingpong after the fuzzer reported a data mismatch"; }
-note "after the fuzzer: $(grep -E 'bytes in' /tmp/client.log | head -1)"
+note "after the fuzzer: $(grep -m1 -E 'bytes in' /tmp/client.log)"
 expect_no_verbs_objects
 
 unload_ferrdma

@@ -277,7 +277,7 @@ raw leave-open > /tmp/open || { cat /tmp/open; fail "uverbs_raw.py scenario leav
 cat /tmp/open
 # (The kernel's own objects, ib_mad's GSI QP and its PD and CQ, stay.)
 for _ in $(seq 50); do
-	rdma res show qp | grep -w ferrdma0 | grep -vq 'comm \[' || break
+	rdma res show qp | grep -w ferrdma0 | has_line -v 'comm \[' || break
 	sleep 0.1
 done
 expect_no_verbs_objects

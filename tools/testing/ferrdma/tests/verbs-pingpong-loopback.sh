@@ -30,7 +30,7 @@ pingpong() { # TOOL ARGS...: server in the background, client against it; both m
 		cat /tmp/client.log /tmp/server.log
 		fail "$tool $* failed (server)"
 	fi
-	note "$tool $*: $(grep -E 'bytes in' /tmp/client.log | head -1)"
+	note "$tool $*: $(grep -m1 -E 'bytes in' /tmp/client.log)"
 }
 
 pingpong ibv_rc_pingpong -n 1000 -s 4096

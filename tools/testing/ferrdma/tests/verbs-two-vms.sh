@@ -39,7 +39,7 @@ run() {
 		timeout 300 "$tool" -d ferrdma0 "$@" "$FERRDMA_PEER_IP" > /tmp/out.log 2>&1 \
 			|| { cat /tmp/out.log; fail "$tool $* failed (client)"; }
 	fi
-	note "$tool $*: $(grep -E 'bytes in' /tmp/out.log | head -1)"
+	note "$tool $*: $(grep -m1 -E 'bytes in' /tmp/out.log)"
 	barrier "done-$step" 300
 }
 
