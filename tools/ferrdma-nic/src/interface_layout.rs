@@ -80,7 +80,10 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(Caps, max_rd_atomic), 80);
     assert_eq!(offset_of!(Caps, msix_vectors), 84);
     assert_eq!(offset_of!(Caps, fw_ver), 88);
+    assert_eq!(offset_of!(Eqe, tag), 4);
     assert_eq!(offset_of!(Eqe, info), 8);
+    assert_eq!(offset_of!(CreateCq, event_tag), 112);
+    assert_eq!(offset_of!(CreateQp, event_tag), 92);
     assert_eq!(offset_of!(Eqe, code), 12);
     assert_eq!(offset_of!(Eqe, kind), 14);
     assert_eq!(offset_of!(Eqe, flags), 15);
@@ -115,12 +118,14 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!(CreateQp::decode(&b), c);
     let e = Eqe {
         id: 7,
+        tag: 0xa1b2_c3d4,
         info: 2,
         code: ae::QP_FATAL,
         kind: eqe_kind::QP,
         flags: EQE_FLAG_VALID,
     };
     assert_eq!(e.encode()[15], 0x80, "valid bit in the last byte");
+    assert_eq!(&e.encode()[..8], &[7, 0, 0, 0, 0xd4, 0xc3, 0xb2, 0xa1]);
     assert_eq!(Eqe::decode(&e.encode()), e);
     // Register encodings.
     assert_eq!(eq_doorbell(3, 17, true), 0x8300_0011);
@@ -133,7 +138,7 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!(stag_index(0xabcd12), 0xabcd);
     // Offsets the 1.x driver uses are unchanged.
     assert_eq!((REG_ID, REG_VERSION, REG_TEST_DMA_CTRL), (0, 4, 0x120));
-    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 2));
+    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 3));
     assert_eq!((REG_FEATURES, REG_MAC_LO, REG_MAC_HI), (0x10, 0x18, 0x1c));
 }
 

@@ -608,9 +608,6 @@ class JobFileTest(unittest.TestCase):
         self.assertEqual(vmharness.kernel_build_dir("/x/notarch/x86/boot/bzImage"), "")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class FabricControlTest(unittest.TestCase):
     """The harness forwards a guest's request file to the control socket and writes the reply
@@ -810,3 +807,47 @@ class TsharkCheckTest(unittest.TestCase):
         problems = vmharness.tshark_check(pcap, 1, self.dir, lambda _: None)
         self.assertTrue(any("malformed or with an expert finding" in p for p in problems),
                         problems)
+
+
+class HangReportTest(unittest.TestCase):
+    """guest/init's hang_report names every thread that the script's process group runs (here
+    a sleep under a shell that leads its own group, as timeout(1) does) with its state, and the
+    harness shows that part of the report."""
+
+    def test_hang_report_names_the_script_threads(self):
+        import time
+        init = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest", "init")
+        with open(init, encoding="utf-8") as f:
+            text = f.read()
+        m = re.search(r"^hang_report\(\) \{\n.*?^\}\n", text, re.M | re.S)
+        self.assertIsNotNone(m, "no hang_report function in guest/init")
+        leader = subprocess.Popen(["sh", "-c", "sleep 30; exit 0"], start_new_session=True)
+        try:
+            children = f"/proc/{leader.pid}/task/{leader.pid}/children"
+            for _ in range(100):
+                with open(children, encoding="ascii") as f:
+                    child = f.read().split()
+                if child:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(len(child), 1, "the shell did not start its sleep")
+            out = subprocess.run(
+                ["bash", "-c", m.group(0) + '\nferrdma_script_timeout=225 report_at=210\n'
+                 'hang_report "$1"', "bash", str(leader.pid)],
+                capture_output=True, text=True, timeout=30, check=True).stdout
+        finally:
+            os.killpg(leader.pid, 9)
+            leader.wait()
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "hang report at 210s of the script's 225s limit: 1 thread(s)")
+        self.assertRegex(lines[1], rf"^{child[0]}/task/{child[0]} sleep 30 \[S\] wchan=")
+        summary = vmharness.hang_summary(out, 1)
+        self.assertEqual(summary[:2], ["hang: " + lines[0], "hang: " + lines[1]])
+        self.assertFalse(any(s.startswith("hang: --- ") for s in summary))
+
+    def test_no_report(self):
+        self.assertEqual(vmharness.hang_summary("", 1), ["no hang report from the guest"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1067,6 +1067,7 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> Non
                                f"(crashed or failed to boot? see {console_path})")
     elif vm.status == 124 and script_timeout:
         vm.problems.append(f"the script timed out in the guest after {script_timeout}s")
+        vm.problems += hang_summary(_read(os.path.join(share, "hang-report")) or "", n)
     elif vm.status != 0:
         vm.problems.append(f"the script exited with status {vm.status}")
     bad = splat.failures(vm.splats)
@@ -1084,6 +1085,21 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> Non
                            f"(see the end of the output)")
     if "leakcheck_end" in timing and "script_end" in timing:
         vm.leakcheck_seconds = float(timing["leakcheck_end"]) - float(timing["script_end"])
+
+
+HANG_THREADS_SHOWN = 12
+
+
+def hang_summary(report: str, node: int) -> list[str]:
+    """The one-line-per-thread part of the guest's hang report (guest/init: hang_report)."""
+    lines = report.split("\n--- ", 1)[0].splitlines()
+    if not lines:
+        return ["no hang report from the guest"]
+    shown = [f"hang: {ln}" for ln in lines[:HANG_THREADS_SHOWN + 1]]
+    if len(lines) > HANG_THREADS_SHOWN + 1:
+        shown.append(f"hang: ... {len(lines) - HANG_THREADS_SHOWN - 1} more thread(s) "
+                     f"in vm{node}/hang-report")
+    return shown
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 use crate::{
     abi::{CreateCqReq, CreateCqResp},
     admin::header,
+    event_tag::{EventTag, Published},
     ibdev::{IbData, UContext},
     interface as hw,
     kcq::KCq,
@@ -89,7 +90,7 @@ impl IbData<'_> {
         let ring = self.claim_ring(ctx, req.user_cq_buf, false)?;
         let made = self.create_cq_on(ctx, attr, &ring, &req, size);
         match made {
-            Ok((id, pages)) => {
+            Ok((id, tag, pages)) => {
                 let resp = CreateCqResp {
                     cq_id: id,
                     cq_size: size,
@@ -99,7 +100,9 @@ impl IbData<'_> {
                     ring.release();
                     return Err(e);
                 }
-                self.tables.lock().set_cq(id, Some(events));
+                self.tables
+                    .lock()
+                    .set_cq(id, Some(Published::new(tag, events)));
                 Ok(NewCq {
                     value: Cq {
                         id,
@@ -125,7 +128,7 @@ impl IbData<'_> {
         ring: &RingReg,
         req: &CreateCqReq,
         size: u32,
-    ) -> Result<(u32, PageList)> {
+    ) -> Result<(u32, EventTag, PageList)> {
         let RingKind::Cq { cq_pages } = ring.kind else {
             return Err(EINVAL);
         };
@@ -155,11 +158,13 @@ impl IbData<'_> {
         cmd.db_page = ctx.db_page();
         cmd.shadow_addr = ring.page(cq_pages)?;
         cmd.ring = pages.descriptor();
+        let tag = self.event_tags.next();
+        cmd.event_tag = tag.raw();
         if let Err(e) = crate::fault::step().and_then(|()| self.admin(&cmd.encode()).map(|_| ())) {
             self.ids.lock().cqs.free(id);
             return Err(e);
         }
-        Ok((id, pages))
+        Ok((id, tag, pages))
     }
 
     fn destroy_cq_id(&self, id: u32) {

@@ -218,6 +218,7 @@ impl pci::Driver for FerrdmaDriver {
                         mac,
                         doorbells,
                         caps,
+                        event_tags: version.has_event_tags(),
                     },
                 ),
             )

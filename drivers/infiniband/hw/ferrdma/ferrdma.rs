@@ -13,6 +13,7 @@ mod caps;
 mod cq;
 mod driver;
 mod eq;
+mod event_tag;
 mod fault;
 mod ibdev;
 mod id_alloc;

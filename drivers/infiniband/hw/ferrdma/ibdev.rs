@@ -10,6 +10,7 @@ use crate::{
     caps::Caps,
     cq::Cq,
     eq::EventQueue,
+    event_tag::{EventTag, EventTags, Published},
     id_alloc::{filled, IdBitmap},
     interface as hw,
     kqp::KQp,
@@ -75,6 +76,8 @@ pub(crate) struct IbData<'a> {
     /// Event delivery handles by CQ and QP id, read by the interrupt handlers.
     #[pin]
     pub(crate) tables: SpinLockIrq<Tables>,
+    /// Tags for the events of new CQs and QPs.
+    pub(crate) event_tags: EventTags,
     /// Ring registrations waiting for (or used by) their QP or CQ.
     #[pin]
     pub(crate) rings: Mutex<KVec<Arc<RingReg>>>,
@@ -105,10 +108,10 @@ pub(crate) struct Ids {
     pub(crate) ahs: IdBitmap,
 }
 
-/// CQs and QPs the interrupt handlers may deliver events to.
+/// CQs and QPs the interrupt handlers may deliver events to, with their event tags.
 pub(crate) struct Tables {
-    cqs: KVec<Option<CqEvents>>,
-    qps: KVec<Option<QpEvents>>,
+    cqs: KVec<Option<Published<CqEvents>>>,
+    qps: KVec<Option<Published<QpEvents>>>,
     /// The rings of kernel QPs, for polling their CQEs.
     kqps: KVec<Option<Arc<KQp>>>,
 }
@@ -148,23 +151,26 @@ impl Tables {
         self.kqps.get(id).cloned().flatten()
     }
 
-    pub(crate) fn set_cq(&mut self, id: u32, v: Option<CqEvents>) {
+    /// Publishes (or with `None` withdraws) the event handle of CQ `id`.
+    pub(crate) fn set_cq(&mut self, id: u32, v: Option<Published<CqEvents>>) {
         if let Some(slot) = self.cqs.get_mut(id as usize) {
             *slot = v;
         }
     }
 
-    /// The event handle of CQ `id`, if it has one (a clone, so delivery runs unlocked).
-    fn cq(&self, id: usize) -> Option<CqEvents> {
-        self.cqs.get(id).cloned().flatten()
+    /// The event handle of CQ `id`, if it has one and the event's `tag` is its own (a
+    /// clone, so delivery runs unlocked).
+    fn cq(&self, id: usize, tag: EventTag) -> Option<CqEvents> {
+        self.cqs.get(id)?.as_ref()?.for_event(tag)
     }
 
-    /// The event handle of QP `id`, if it has one.
-    fn qp(&self, id: usize) -> Option<QpEvents> {
-        self.qps.get(id).cloned().flatten()
+    /// The event handle of QP `id`, as for [`Self::cq`].
+    fn qp(&self, id: usize, tag: EventTag) -> Option<QpEvents> {
+        self.qps.get(id)?.as_ref()?.for_event(tag)
     }
 
-    pub(crate) fn set_qp(&mut self, id: u32, v: Option<QpEvents>) {
+    /// Publishes (or with `None` withdraws) the event handle of QP `id`.
+    pub(crate) fn set_qp(&mut self, id: u32, v: Option<Published<QpEvents>>) {
         if let Some(slot) = self.qps.get_mut(id as usize) {
             *slot = v;
         }
@@ -267,6 +273,8 @@ pub(crate) struct FunctionInfo<'a> {
     pub(crate) mac: [u8; 6],
     pub(crate) doorbells: Option<MmioWindow<'a>>,
     pub(crate) caps: Caps,
+    /// The device echoes event tags (interface 1.3).
+    pub(crate) event_tags: bool,
 }
 
 impl<'a> IbData<'a> {
@@ -290,6 +298,7 @@ impl<'a> IbData<'a> {
             ids <- new_spinlock_irq!(Ids::new()?),
             odd_events: LogLimit::new(),
             tables <- new_spinlock_irq!(Tables::new()?),
+            event_tags: EventTags::new(info.event_tags),
             rings <- new_mutex!(KVec::new()),
             link <- new_mutex!(None),
         }? Error)
@@ -351,15 +360,16 @@ impl<'a> IbData<'a> {
     fn dispatch(&self, e: &hw::Eqe) {
         use hw::{ae, eqe_kind};
         let id = e.id as usize;
+        let tag = EventTag::from_eqe(e.tag);
         match (e.kind, e.code) {
             (eqe_kind::CQ, ae::CQ_COMPLETION) => {
-                let h = self.tables.lock().cq(id);
+                let h = self.tables.lock().cq(id, tag);
                 if let Some(h) = h {
                     h.completion();
                 }
             }
             (eqe_kind::CQ, ae::CQ_OVERFLOW | ae::CQ_ACCESS) => {
-                let h = self.tables.lock().cq(id);
+                let h = self.tables.lock().cq(id, tag);
                 if let Some(h) = h {
                     h.error();
                 }
@@ -372,7 +382,7 @@ impl<'a> IbData<'a> {
                     ae::QP_SQ_DRAINED => QpEvent::SqDrained,
                     _ => QpEvent::Fatal,
                 };
-                let h = self.tables.lock().qp(id);
+                let h = self.tables.lock().qp(id, tag);
                 if let Some(h) = h {
                     h.event(ev);
                 }

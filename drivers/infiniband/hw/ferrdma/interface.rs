@@ -47,7 +47,9 @@ pub const DEVICE_ID_MAGIC: u32 = 0x4652_444d;
 /// Interface major version; the driver refuses a device whose major differs.
 pub const VERSION_MAJOR: u16 = 1;
 /// Interface minor version; additions that keep older drivers working bump it.
-pub const VERSION_MINOR: u16 = 2;
+///
+/// 3: event tags ([`CreateCq::event_tag`], [`CreateQp::event_tag`], [`Eqe::tag`]).
+pub const VERSION_MINOR: u16 = 3;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -629,8 +631,10 @@ wire_struct! {
         pub rsvd: [u8; 32],
         /// Reserved, 0.
         pub rsvd1: [u8; 32],
+        /// Written to [`Eqe::tag`] of every event of this CQ (interface 1.3; reserved before).
+        pub event_tag: u32,
         /// Reserved, 0.
-        pub rsvd2: [u8; 16],
+        pub rsvd2: [u8; 12],
     }
 }
 
@@ -707,8 +711,10 @@ wire_struct! {
         pub compl_ctx: u64,
         /// [`QP_FLAG_PRIVILEGED`]; any other bit set fails the command with INVALID.
         pub flags: u32,
+        /// Written to [`Eqe::tag`] of every event of this QP (interface 1.3; reserved before).
+        pub event_tag: u32,
         /// Reserved, 0.
-        pub rsvd: [u8; 28],
+        pub rsvd: [u8; 24],
         /// Reserved, 0.
         pub rsvd1: [u8; 8],
     }
@@ -1287,7 +1293,11 @@ wire_struct! {
     /// One event queue entry. The device writes bytes 0..15 with the valid bit last.
     pub struct Eqe [16] {
         /// CQ id (CEQ), or the object named by `kind` (AEQ).
-        pub id: u64,
+        pub id: u32,
+        /// The `event_tag` of the CQ or QP named by `id` (CREATE_CQ, CREATE_QP), else 0. An
+        /// entry the device wrote before DESTROY_* may be consumed after the id has been given
+        /// to a new object: the tag tells the two apart (manual, "Event tags").
+        pub tag: u32,
         /// AEQ: the CQE flush code (`flush::*`) for QP errors, else 0.
         pub info: u32,
         /// [`ae`] code.

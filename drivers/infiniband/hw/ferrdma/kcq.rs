@@ -7,6 +7,7 @@
 use crate::{
     admin::header,
     cq::{ceq_for_vector, Cq},
+    event_tag::Published,
     ibdev::IbData,
     interface as hw,
     kwqe::{self, Cqe},
@@ -180,6 +181,8 @@ impl IbData<'_> {
         cmd.eq_id = ceq_for_vector(attr.comp_vector, self.ceqs());
         cmd.db_page = 0;
         cmd.shadow_addr = shadow.dma_address();
+        let tag = self.event_tags.next();
+        cmd.event_tag = tag.raw();
         cmd.ring = hw::PageList {
             // Coherent memory is contiguous.
             addr: ring.dma_address(),
@@ -206,7 +209,9 @@ impl IbData<'_> {
         });
         match made {
             Ok(k) => {
-                self.tables.lock().set_cq(id, Some(events));
+                self.tables
+                    .lock()
+                    .set_cq(id, Some(Published::new(tag, events)));
                 Ok(NewCq {
                     value: Cq::new_kernel(id, k),
                     cqe: attr.cqe,

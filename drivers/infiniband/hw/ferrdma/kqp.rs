@@ -6,6 +6,7 @@
 
 use crate::{
     admin::header,
+    event_tag::Published,
     ibdev::{IbData, Pd},
     id_alloc::filled,
     interface as hw,
@@ -350,6 +351,8 @@ impl IbData<'_> {
         // Non-zero: CQEs of a destroyed QP get context 0 and are skipped.
         cmd.compl_ctx = 1 << 63 | u64::from(id);
         cmd.flags = hw::QP_FLAG_PRIVILEGED;
+        let tag = self.event_tags.next();
+        cmd.event_tag = tag.raw();
         // Everything that can fail comes before the device command, and nothing is
         // published before it succeeded: a failure here leaves no device QP, no handle in
         // the tables and no id behind.
@@ -363,7 +366,7 @@ impl IbData<'_> {
         let qp = Qp::new_kernel(id, attr.qp_type, attr.cap, kqp.clone(), soft);
         let mut tables = self.tables.lock();
         tables.set_kqp(id, Some(kqp));
-        tables.set_qp(id, Some(events));
+        tables.set_qp(id, Some(Published::new(tag, events)));
         Ok(NewQp {
             value: qp,
             qp_num: id,

@@ -6,6 +6,7 @@
 use crate::{
     abi::{self, CreateQpReq, CreateQpResp, ModifyQpReq},
     admin::header,
+    event_tag::Published,
     ibdev::{IbData, Pd, UContext},
     interface as hw,
     kqp::KQp,
@@ -333,6 +334,8 @@ impl IbData<'_> {
         cmd.rq_ring = rq.descriptor();
         cmd.shadow_addr = shadow;
         cmd.compl_ctx = req.user_compl_ctx;
+        let tag = self.event_tags.next();
+        cmd.event_tag = tag.raw();
         crate::fault::step().map_err(undo)?;
         self.admin(&cmd.encode()).map_err(undo)?;
 
@@ -364,7 +367,9 @@ impl IbData<'_> {
             },
             soft,
         };
-        self.tables.lock().set_qp(id, Some(events));
+        self.tables
+            .lock()
+            .set_qp(id, Some(Published::new(tag, events)));
         Ok(NewQp {
             value: qp,
             qp_num: id,

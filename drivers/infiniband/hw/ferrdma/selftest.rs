@@ -43,6 +43,11 @@ impl Version {
     pub(crate) const fn is_supported(self) -> bool {
         self.major == hw::VERSION_MAJOR
     }
+
+    /// Whether the device echoes event tags in its events (1.3 on).
+    pub(crate) const fn has_event_tags(self) -> bool {
+        self.minor >= 3
+    }
 }
 
 /// Byte `i` of the DMA test pattern: a multiplicative hash of the position, so that shifted,
@@ -189,6 +194,16 @@ mod tests {
         assert!(Version::decode(u32::from(hw::VERSION_MAJOR) << 16 | 7).is_supported());
         assert!(!Version::decode(u32::from(hw::VERSION_MAJOR + 1) << 16).is_supported());
         assert!(!Version::decode(0).is_supported());
+    }
+
+    #[test]
+    fn event_tags_come_with_minor_3() {
+        assert!(!Version::decode(0x0001_0002).has_event_tags());
+        assert!(Version::decode(0x0001_0003).has_event_tags());
+        assert!(
+            Version::decode(u32::from(hw::VERSION_MAJOR) << 16 | u32::from(hw::VERSION_MINOR))
+                .has_event_tags()
+        );
     }
 
     #[test]

@@ -224,7 +224,9 @@ impl Engine {
             CQE_SIZE as u32,
         )?;
         if let Some(s) = self.cqs.get_mut(c.cq_id as usize) {
-            *s = Some(Cq::new(r, c.shadow_addr, c.eq_id, c.db_page));
+            let mut cq = Cq::new(r, c.shadow_addr, c.eq_id, c.db_page);
+            cq.event_tag = c.event_tag;
+            *s = Some(cq);
         }
         Ok(0)
     }
@@ -375,6 +377,7 @@ impl Engine {
             rq,
             shadow: c.shadow_addr,
             compl_ctx: c.compl_ctx,
+            event_tag: c.event_tag,
             privileged: c.flags & QP_FLAG_PRIVILEGED != 0,
             attrs: QpAttrs {
                 path_mtu: 5,

@@ -71,6 +71,8 @@ pub enum CqWrite {
 #[derive(Debug)]
 pub struct Cq {
     pub eq_id: u32,
+    /// Echoed in the `tag` of this CQ's events (CREATE_CQ `event_tag`).
+    pub event_tag: u32,
     pub db_page: u32,
     pub shadow: u64,
     ring: Ring,
@@ -99,6 +101,7 @@ impl Cq {
     pub fn new(ring: Ring, shadow: u64, eq_id: u32, db_page: u32) -> Self {
         Self {
             eq_id,
+            event_tag: 0,
             db_page,
             shadow,
             ring,

@@ -322,9 +322,19 @@ impl Engine {
         }
     }
 
-    /// Queues an asynchronous event on the AEQ (dropped if there is none or it is full).
+    /// Queues an asynchronous event on the AEQ (dropped if there is none or it is full),
+    /// with the event tag of the CQ or QP it names.
     fn async_event(&mut self, env: &Env<'_>, kind: u8, id: u32, code: u16, info: u32) {
         log::debug!("async event {code:#x} kind {kind} id {id} info {info}");
+        let tag = match kind {
+            eqe_kind::CQ => self.cq_tag(id),
+            eqe_kind::QP => self
+                .qps
+                .get(id as usize)
+                .and_then(Option::as_ref)
+                .map(|q| q.event_tag),
+            _ => None,
+        };
         let Some(aeq) = self
             .eqs
             .iter_mut()
@@ -334,7 +344,8 @@ impl Engine {
             return;
         };
         let e = Eqe {
-            id: u64::from(id),
+            id,
+            tag: tag.unwrap_or(0),
             info,
             code,
             kind,
@@ -350,13 +361,21 @@ impl Engine {
         }
     }
 
+    /// The event tag of CQ `id`, if it exists.
+    fn cq_tag(&self, id: u32) -> Option<u32> {
+        self.cqs
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map(|c| c.event_tag)
+    }
+
     /// A completion event for `cq_id` on its CEQ.
     fn completion_event(&mut self, env: &Env<'_>, cq_id: u32) {
-        let Some(eq_id) = self
+        let Some((eq_id, tag)) = self
             .cqs
             .get(cq_id as usize)
             .and_then(Option::as_ref)
-            .map(|c| c.eq_id)
+            .map(|c| (c.eq_id, c.event_tag))
         else {
             return;
         };
@@ -364,7 +383,8 @@ impl Engine {
             return;
         };
         let e = Eqe {
-            id: u64::from(cq_id),
+            id: cq_id,
+            tag,
             info: 0,
             code: crate::interface::ae::CQ_COMPLETION,
             kind: eqe_kind::CQ,

@@ -21,6 +21,8 @@ pub struct Qp {
     pub rq: Ring,
     pub shadow: u64,
     pub compl_ctx: u64,
+    /// Echoed in the `tag` of this QP's asynchronous events (CREATE_QP `event_tag`).
+    pub event_tag: u32,
     /// Created with `QP_FLAG_PRIVILEGED`: local accesses may use `LOCAL_DMA_STAG`.
     pub privileged: bool,
     pub attrs: QpAttrs,

@@ -127,7 +127,7 @@ fn remote_access_errors_hit_both_sides() {
     let c = r.h.poll_cq(&mut r.cq_a);
     assert_eq!(c[0].error(), Some((1, flush::REM_ACCESS)));
     let ev = events(&mut r);
-    let codes: Vec<(u16, u64)> = ev.iter().map(|e| (e.code, e.id)).collect();
+    let codes: Vec<(u16, u32)> = ev.iter().map(|e| (e.code, e.id)).collect();
     assert!(codes.contains(&(ae::QP_REMOTE_ACCESS, 3)), "{codes:?}");
     assert!(codes.contains(&(ae::QP_REMOTE_ERROR, 2)), "{codes:?}");
     assert_eq!(r.h.query_qp(3).attrs.state, qp_state::ERR);

@@ -183,6 +183,49 @@ fn cq_arm_next_and_solicited_one_event_per_arm() {
     assert_eq!(r.h.dev().engine().stats().spurious_doorbells, before + 1);
 }
 
+/// Every event names its object by id and by the tag the object was created with (interface
+/// 1.3): an entry written just before a DESTROY_CQ may be read after the id was given to a new
+/// CQ, and only the tag tells the driver it is not the new CQ's. Events without an object
+/// (port) carry 0.
+#[test]
+fn events_carry_the_event_tag_of_their_object() {
+    let mut r = Rig::rc();
+    r.h.arm_cq(&r.cq_b, false);
+    one_send(&mut r, false);
+    let ev = r.h.poll_eq(&mut r.ceq);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        (ev[0].kind, ev[0].id, ev[0].tag),
+        (eqe_kind::CQ, r.cq_b.id, Host::cq_tag(r.cq_b.id))
+    );
+    // A QP's asynchronous event: SEND from an lkey range past the end of its MR.
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND,
+            sges: vec![r.buf_a.sg(0xfff0, 0x20)],
+            ..Default::default()
+        },
+    );
+    let ev = r.h.poll_eq(&mut r.aeq);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(
+        (ev[0].kind, ev[0].code, ev[0].id, ev[0].tag),
+        (
+            eqe_kind::QP,
+            ae::QP_LOCAL_ACCESS,
+            r.a.id,
+            Host::qp_tag(r.a.id)
+        )
+    );
+    toggle_link(&mut r.h, false);
+    let ev = r.h.poll_eq(&mut r.aeq);
+    assert!(
+        ev.iter().any(|e| e.kind == eqe_kind::PORT && e.tag == 0),
+        "{ev:?}"
+    );
+}
+
 /// Doorbells are processed after software wrote them; a consumer that arms four times
 /// (events taken back to back) before the device reads the first doorbell leaves the 2-bit
 /// `ARM_SEQ` where it was. Those arms still count: the next completion raises an event.

@@ -303,7 +303,7 @@ fn rkey_zero_and_invalidating_stag_zero_fail_like_unknown_stags() {
             Some((1, flush::REM_ACCESS)),
             "op {op}"
         );
-        let codes: Vec<(u16, u64)> = events(&mut r).iter().map(|e| (e.code, e.id)).collect();
+        let codes: Vec<(u16, u32)> = events(&mut r).iter().map(|e| (e.code, e.id)).collect();
         assert!(codes.contains(&(ae::QP_REMOTE_ACCESS, 3)), "{codes:?}");
     }
     // LOCAL_INV of STag 0.

@@ -532,7 +532,21 @@ impl Host {
         (aeq, ceq)
     }
 
+    /// The event tag [`Self::create_cq`] gives CQ `id`.
+    pub const fn cq_tag(id: u32) -> u32 {
+        0xc0_0000 | id
+    }
+
+    /// The event tag [`Self::create_qp`] gives QP `id`.
+    pub const fn qp_tag(id: u32) -> u32 {
+        0x9b_0000 | id
+    }
+
     pub fn create_cq(&mut self, id: u32, size: u32, eq: u32) -> CqH {
+        self.create_cq_tagged(id, size, eq, Self::cq_tag(id))
+    }
+
+    pub fn create_cq_tagged(&mut self, id: u32, size: u32, eq: u32, event_tag: u32) -> CqH {
         let pages = (u64::from(size) * 32).div_ceil(4096) as u32;
         // One contiguous ring (CQ buffers of libirdma are one allocation) plus shadow.
         let ring = self.alloc(u64::from(pages) * 4096 + 64, 4096);
@@ -551,6 +565,7 @@ impl Host {
                     level: PBL_LEVEL_CONTIG,
                     ..Default::default()
                 },
+                event_tag,
                 ..Default::default()
             }
             .encode(),
@@ -734,6 +749,7 @@ impl Host {
                 shadow_addr: shadow,
                 compl_ctx,
                 flags,
+                event_tag: Self::qp_tag(id),
                 ..Default::default()
             }
             .encode(),

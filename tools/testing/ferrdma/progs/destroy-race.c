@@ -13,7 +13,8 @@
  * destroy), or re-arms the CQ before the QPs go; then it destroys the CQ. ibv_destroy_cq
  * returns only once every event that was delivered for the CQ has been acknowledged, so a
  * device or driver that loses track of an event in flight hangs it: the whole run must end
- * within SECONDS (default 300). The kernel side (no oops, no use after free, no leak) is
+ * within SECONDS (default 300), or it fails naming the iteration and the step it was stuck in.
+ * A completion event for a CQ that was never armed, or is gone, fails the run too. The kernel side (no oops, no use after free, no leak) is
  * judged by the harness's splat and kmemleak checks around the run. --sabotage leaves the
  * first event unacknowledged (as if it were lost on the way): the run must then fail.
  * Prints the counts and a verdict; exits 0 only on success.
@@ -33,8 +34,33 @@
 static struct tp_dev dev;
 static struct ibv_comp_channel *channel;
 static atomic_bool stop;
-static atomic_ulong events;
+static atomic_ulong events, stale_events;
 static bool sabotage;
+/*
+ * The CQ that may have events: set just before it is first armed, cleared once it is
+ * destroyed. An event is read, and so counted by the kernel for the CQ's destroy, before that
+ * destroy can return; an event for any other CQ is a device or driver bug: one for a CQ that
+ * was never armed (say, an event of a destroyed CQ whose number was given to the next one), or
+ * for a CQ that is gone. It is counted and not acknowledged: the ibv_cq may be freed memory,
+ * or not yet set up by ibv_create_cq, which zeroes the acknowledgement count after the kernel
+ * created the CQ. A CQ's destroy then waits for that acknowledgement forever, and the alarm
+ * reports the count.
+ */
+static struct ibv_cq *_Atomic live_cq;
+
+/* Where the main thread is, for the report of a hang (read by the SIGALRM handler). */
+static volatile sig_atomic_t iteration, step;
+static const char *const step_names[] = {
+	"setting up", "creating the CQ and QPs", "posting", "moving the QPs to ERR",
+	"re-arming the CQ", "destroying the QPs", "destroying the CQ", "stopping the event reader",
+	"closing the device",
+};
+enum { S_SETUP, S_CREATE, S_POST, S_TO_ERR, S_REARM, S_DESTROY_QPS, S_DESTROY_CQ, S_JOIN, S_CLOSE };
+
+/* Where the event reader is, for the report of a hang. */
+static volatile sig_atomic_t reader_step;
+static const char *const reader_step_names[] = { "waiting", "reading an event", "acknowledging" };
+enum { R_WAIT, R_READ, R_ACK };
 
 static void *event_reader(void *arg)
 {
@@ -43,25 +69,69 @@ static void *event_reader(void *arg)
 		struct ibv_cq *cq;
 		void *ctx;
 
+		reader_step = R_WAIT;
 		if (!tp_channel_ready(channel, 50))
 			continue;
+		reader_step = R_READ;
 		if (ibv_get_cq_event(channel, &cq, &ctx)) {
 			if (errno == EAGAIN)
 				continue;
 			tp_die("ibv_get_cq_event: %s", strerror(errno));
 		}
+		if (cq != atomic_load(&live_cq)) {
+			atomic_fetch_add(&stale_events, 1);
+			continue;
+		}
+		reader_step = R_ACK;
 		if (atomic_fetch_add(&events, 1) > 0 || !sabotage)
 			ibv_ack_cq_events(cq, 1);
 	}
 	return NULL;
 }
 
+/* Appends the decimal digits of v to buf at *len (async-signal-safe). */
+static void put_ulong(char *buf, size_t *len, unsigned long v)
+{
+	char digits[24];
+	size_t n = 0;
+
+	do
+		digits[n++] = '0' + v % 10;
+	while ((v /= 10) && n < sizeof(digits));
+	while (n)
+		buf[(*len)++] = digits[--n];
+}
+
+static void put_str(char *buf, size_t *len, size_t cap, const char *s)
+{
+	while (*s && *len < cap)
+		buf[(*len)++] = *s++;
+}
+
 static void on_alarm(int sig)
 {
-	static const char msg[] = "destroy-race: FAIL: the run did not end in time (a destroy hung?)\n";
+	char msg[448];
+	size_t len = 0;
+	int s = step;
+	struct ibv_cq *cq = atomic_load(&live_cq);
 
 	(void)sig;
-	if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
+	put_str(msg, &len, 120, "destroy-race: FAIL: the run did not end in time: stuck at iteration ");
+	put_ulong(msg, &len, (unsigned long)iteration);
+	put_str(msg, &len, 150, ", ");
+	put_str(msg, &len, 200, s >= 0 && s <= S_CLOSE ? step_names[s] : "?");
+	put_str(msg, &len, 220, "; events taken: ");
+	put_ulong(msg, &len, atomic_load(&events));
+	put_str(msg, &len, 250, ", for a CQ not armed or gone: ");
+	put_ulong(msg, &len, atomic_load(&stale_events));
+	if (cq) {
+		put_str(msg, &len, 300, ", acknowledged for this CQ: ");
+		put_ulong(msg, &len, cq->comp_events_completed);
+	}
+	put_str(msg, &len, 360, "; the event reader is ");
+	put_str(msg, &len, 400, reader_step_names[reader_step]);
+	put_str(msg, &len, 420, "\n");
+	if (write(STDERR_FILENO, msg, len) < 0)
 		_exit(1);
 	_exit(1);
 }
@@ -138,12 +208,16 @@ int main(int argc, char **argv)
 		struct ibv_qp *a, *b;
 		unsigned int mode = i % 3;
 
+		iteration = i;
+		step = S_CREATE;
 		cq = ibv_create_cq(dev.ctx, 4 * sends, NULL, channel, 0);
 		if (!cq)
 			tp_die("ibv_create_cq: %s", strerror(errno));
 		a = tp_create_rc_qp(&dev, cq, cq, sends, 1);
 		b = tp_create_rc_qp(&dev, cq, cq, 1, sends);
 		tp_connect_pair(&dev, a, b);
+		step = S_POST;
+		atomic_store(&live_cq, cq);
 		if (ibv_req_notify_cq(cq, 0))
 			tp_die("ibv_req_notify_cq failed");
 		for (j = 0; j < sends; j++)
@@ -160,25 +234,38 @@ int main(int argc, char **argv)
 		if (i % 8)
 			usleep((i % 8) * 250);
 		if (mode == 1) {
+			step = S_TO_ERR;
 			to_error(a);
 			to_error(b);
-		} else if (mode == 2 && ibv_req_notify_cq(cq, 1)) {
-			tp_die("ibv_req_notify_cq(solicited) failed");
+		} else if (mode == 2) {
+			step = S_REARM;
+			if (ibv_req_notify_cq(cq, 1))
+				tp_die("ibv_req_notify_cq(solicited) failed");
 		}
 		how[mode]++;
+		step = S_DESTROY_QPS;
 		if (ibv_destroy_qp(a) || ibv_destroy_qp(b))
 			tp_die("iteration %lu: ibv_destroy_qp failed", i);
+		step = S_DESTROY_CQ;
 		if (ibv_destroy_cq(cq))
 			tp_die("iteration %lu: ibv_destroy_cq failed", i);
+		atomic_store(&live_cq, NULL);
 	}
+	step = S_JOIN;
 	atomic_store(&stop, true);
 	pthread_join(reader, NULL);
+	step = S_CLOSE;
 	if (ibv_destroy_comp_channel(channel))
 		tp_die("ibv_destroy_comp_channel failed");
 	if (ibv_dereg_mr(mr))
 		tp_die("ibv_dereg_mr failed");
 	tp_close(&dev);
 	free(rbuf);
+	if (atomic_load(&stale_events)) {
+		printf("destroy-race: FAIL: %lu completion event(s) arrived for a CQ that was not armed, or gone\n",
+		       atomic_load(&stale_events));
+		return 1;
+	}
 	printf("destroy-race: PASS: %lu iterations on %s (%u QPs destroyed in flight, %u after a move to ERR, %u with a fresh arm), %lu events taken and acknowledged during them, %.1f s\n",
 	       iterations, dev.name, how[0], how[1], how[2], atomic_load(&events), tp_now() - t0);
 	return 0;
