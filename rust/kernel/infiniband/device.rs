@@ -286,6 +286,7 @@ impl<T: Driver> VTable<T> {
         del_gid: Some(Self::del_gid),
         alloc_ucontext: Some(Self::alloc_ucontext),
         dealloc_ucontext: Some(Self::dealloc_ucontext),
+        disassociate_ucontext: Some(Self::disassociate_ucontext),
         mmap: Some(ucontext::mmap::<T>),
         mmap_free: Some(ucontext::mmap_free),
         alloc_pd: Some(Self::alloc_pd),
@@ -458,6 +459,21 @@ impl<T: Driver> VTable<T> {
         // SAFETY: Called from an ib_core callback.
         unsafe { dev.with_data(|d| T::dealloc_ucontext(d, driver)) };
     }
+
+    /// Having this op is what lets ib_core take a device away (driver unbind, rmmod, surprise
+    /// removal) while processes hold user contexts: without it every open uverbs file holds a
+    /// reference on the driver's module and removal waits until the last process closes its
+    /// file. With it, ib_core sends those processes `IB_EVENT_DEVICE_FATAL`, destroys every
+    /// object of theirs through the driver's destroy callbacks (with
+    /// `RDMA_REMOVE_DRIVER_REMOVE`), zaps the mappings they made of entries offered with
+    /// [`UContextInit::insert_io_mmap`] (made with `rdma_user_mmap_io`, the only kind this
+    /// abstraction allows), calls this and then `dealloc_ucontext`; later commands on their
+    /// files fail with `EIO`. Nothing of the context is left for the driver to stop here.
+    ///
+    /// # Safety
+    ///
+    /// Called by ib_core for a context `alloc_ucontext` initialised.
+    unsafe extern "C" fn disassociate_ucontext(_uctx: *mut bindings::ib_ucontext) {}
 
     /// # Safety
     ///
