@@ -99,7 +99,7 @@ cfg_write 0x04 0x6
 
 # Registers.
 check "ID" "readl $(reg 0x0)" 0x4652444d
-check "VERSION" "readl $(reg 0x4)" 0x00010002
+check "VERSION" "readl $(reg 0x4)" 0x00010003
 check "MAC_LO (default MAC 52:54:00:fe:10:01)" "readl $(reg 0x18)" 0xfe005452
 check "MAC_HI" "readl $(reg 0x1c)" 0x00000110
 check "SCRATCH reset" "readl $(reg 0x8)" 0

@@ -5,7 +5,7 @@
 # It turns on `set -euo pipefail`, so any failing command ends the test.
 #
 # The driver's probe summary line. The driver prints exactly one per bound device:
-#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.2, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01
+#     ferrdma 0000:00:03.0: probe ok: id 0x4652444d version 1.3, 8/8 MSI-X vectors delivered, DMA copy of 8192 bytes verified, MAC 52:54:00:fe:10:01
 # FERRDMA_PROBE_RE (an extended regex, for grep -E) matches it after the printk timestamp:
 # "ferrdma", the PCI address, then the text with the expected id (the "FRDM" magic), interface
 # version 1.x, all 8 MSI-X vectors and the 8 KiB DMA self-test.
@@ -486,6 +486,53 @@ fabric_ctl() {
 fabric_cable() {
 	local node=$1 state=$2
 	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
+}
+
+# removal_holder_start: starts progs/removal-holder on ferrdma0 (the verbs objects a running
+# application holds, after 8 SENDs whose bytes it checked) and waits until it is ready; its pid
+# is in $REMOVAL_HOLDER, its output in /tmp/removal-holder.out.
+removal_holder_start() {
+	local progs
+	progs=$(test_progs_dir)
+	: > /tmp/removal-holder.out
+	"$progs/removal-holder" ferrdma0 -t 90 > /tmp/removal-holder.out 2>&1 &
+	REMOVAL_HOLDER=$!
+	for _ in $(seq 300); do
+		grep -q '^ready' /tmp/removal-holder.out && return 0
+		kill -0 "$REMOVAL_HOLDER" 2>/dev/null || break
+		nap 0.1
+	done
+	cat /tmp/removal-holder.out
+	fail "removal-holder did not get ready on ferrdma0"
+}
+
+# removal_holder_finish WHAT: the holder must have seen the device go (WHAT: IB_EVENT_DEVICE_FATAL,
+# failing commands, a clean teardown) and exited 0.
+removal_holder_finish() {
+	local rc=0
+	wait "$REMOVAL_HOLDER" || rc=$?
+	cat /tmp/removal-holder.out
+	[ "$rc" = 0 ] || fail "removal-holder failed (status $rc) after $1"
+	grep -q 'IBV_EVENT_DEVICE_FATAL' /tmp/removal-holder.out || fail "no IBV_EVENT_DEVICE_FATAL after $1"
+	grep -q 'removal-holder: PASS' /tmp/removal-holder.out || fail "removal-holder did not pass after $1"
+}
+
+# wait_gone PATH SECONDS WHAT: waits until PATH no longer exists; fails naming WHAT otherwise.
+wait_gone() {
+	local end=$((SECONDS + $2))
+	while [ -e "$1" ]; do
+		[ "$SECONDS" -lt "$end" ] || fail "$3 still there after $2 s"
+		nap 0.1
+	done
+}
+
+# fabric_pci NODE unplug|plug: hot-unplugs node NODE's ferrdma function (QMP device_del; the
+# guest's ACPI hotplug removes it, the driver's remove runs) or plugs it in again (device_add on
+# the same PCIe root port; the NIC serves it as a new client on a reset device). Only in tests
+# whose header says replug=yes.
+fabric_pci() {
+	local node=$1 what=$2
+	fabric_ctl pci "$node" "$what" > /dev/null || fail "harness: pci $node $what refused"
 }
 
 # perftest, shared by every test that runs a perftest server and client (ib_send_bw,
