@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300 kasan=yes
+# ferrdma-test: vms=1 timeout=300
 #
 # events-destroy-ferrdma with CEQ interrupt moderation at 8 ms (ceq_moderation_us=8000): a
 # completion event the device queued just before a CQ was destroyed then waits in the CEQ

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=900 kasan=yes
+# ferrdma-test: vms=1 timeout=900
 #
 # Error paths of every create, walked with the driver's fault injection (module parameter
 # fault_every=N: one fallible step in N of creating a verbs object fails with ENOMEM).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=1500 kasan=yes
+# ferrdma-test: vms=1 timeout=1500
 #
 # The kernel boundary under a seeded random fuzzer (progs/uverbs-fuzz.c, issue 14): four
 # unprivileged processes issue raw uverbs commands to ferrdma0 - legacy writes and ioctls,

@@ -14,32 +14,7 @@
 # Each removal's time is printed. No splat, no id or handle left at removal, kmemleak clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
-progs=$(test_progs_dir)
 REMOVAL_BOUND=30
-
-# holder_start: starts removal-holder on ferrdma0 and waits until its SENDs were checked.
-holder_start() {
-	: > /tmp/holder.out
-	"$progs/removal-holder" ferrdma0 -t 90 > /tmp/holder.out 2>&1 &
-	holder=$!
-	for _ in $(seq 300); do
-		grep -q '^ready' /tmp/holder.out && return 0
-		kill -0 "$holder" 2>/dev/null || break
-		nap 0.1
-	done
-	cat /tmp/holder.out
-	fail "removal-holder did not get ready on ferrdma0"
-}
-
-# holder_finish WHAT: the holder must have seen the removal (WHAT) and passed.
-holder_finish() {
-	local rc=0
-	wait "$holder" || rc=$?
-	cat /tmp/holder.out
-	[ "$rc" = 0 ] || fail "removal-holder failed (status $rc) after $1"
-	grep -q 'IBV_EVENT_DEVICE_FATAL' /tmp/holder.out || fail "no IBV_EVENT_DEVICE_FATAL after $1"
-	grep -q 'removal-holder: PASS' /tmp/holder.out || fail "removal-holder did not pass after $1"
-}
 
 # timed_removal WHAT CMD...: runs CMD (a removal), which must succeed within REMOVAL_BOUND s.
 timed_removal() {
@@ -61,27 +36,27 @@ bdf=$(basename "$(readlink -f /sys/bus/pci/drivers/ferrdma/0000:*)")
 [ -n "$bdf" ] && [ -e "/sys/bus/pci/devices/$bdf" ] || fail "no PCI function bound to ferrdma"
 
 # 1. Unbind under a holder, then bind again.
-holder_start
+removal_holder_start
 timed_removal "unbind of $bdf" sh -c "echo $bdf > /sys/bus/pci/drivers/ferrdma/unbind"
-holder_finish "the unbind"
+removal_holder_finish "the unbind"
 [ ! -e /sys/class/infiniband/ferrdma0 ] || fail "ferrdma0 still exists after the unbind"
 echo "$bdf" > /sys/bus/pci/drivers/ferrdma/bind || fail "binding $bdf again failed"
 wait_probe 2 >/dev/null
 wait_gid ferrdma0 >/dev/null
 
 # 2. The re-bound device carries data; rmmod under a holder.
-holder_start
+removal_holder_start
 timed_removal "rmmod" rmmod ferrdma
-holder_finish "rmmod"
+removal_holder_finish "rmmod"
 ! module_loaded || fail "ferrdma is still loaded after rmmod"
 
 # 3. A fresh module, data again, and the module goes under a holder once more.
 load_ferrdma
 wait_probe 3 >/dev/null
 wait_gid ferrdma0 >/dev/null
-holder_start
+removal_holder_start
 timed_removal "rmmod" rmmod ferrdma
-holder_finish "the second rmmod"
+removal_holder_finish "the second rmmod"
 
 expect_no_removal_leak "ferrdma-test: removal test start"
 kmemleak_check "device removal under a holder"
