@@ -16,7 +16,7 @@ use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
 use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::rdma::caps::CapsPlan;
-use ferrdma_nic::server::{bind, serve, FabricLink, ServeError, SocketFile};
+use ferrdma_nic::server::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
 #[derive(Debug, Parser)]
@@ -80,6 +80,13 @@ struct Cli {
     /// device). The device keeps enforcing its real limits. Example: oversized,impossible,nominal
     #[arg(long, value_name = "PROFILE[,PROFILE...]", value_parser = parse_caps_plan)]
     hostile_caps: Option<String>,
+
+    /// Serve each NIC's clients one after another until stopped (SIGTERM): a client that
+    /// disconnects is the function hot-unplugged (QMP device_del), the next one the function
+    /// plugged in again (device_add), on a reset device. Without it a NIC ends with its
+    /// first client (QEMU exiting).
+    #[arg(long)]
+    replug: bool,
 
     /// Log level: off, error, warn, info, debug or trace. RUST_LOG refines it per module.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -283,10 +290,15 @@ fn main() -> ExitCode {
             .as_deref()
             .and_then(|s| CapsPlan::parse(s).ok())
             .map(Arc::new);
+        let clients = if cli.replug {
+            Clients::UntilStopped
+        } else {
+            Clients::One
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("nic{i}"))
             .spawn(move || {
-                let r = serve(listener, &file, mac, link, caps);
+                let r = serve(listener, &file, mac, link, caps, clients);
                 let _ = tx.send(Event::Done(i, r));
             });
         if let Err(e) = spawned {

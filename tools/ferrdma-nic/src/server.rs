@@ -145,7 +145,18 @@ pub struct FabricLink {
     pub port: EnginePort,
 }
 
-/// Serves one NIC to the first client that connects, until it disconnects. With `fabric`,
+/// How many clients a NIC serves, one after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clients {
+    /// The first: the NIC ends when it disconnects (QEMU exited: the VM's lifetime).
+    One,
+    /// Each in turn until the process is stopped: a client that disconnects was a
+    /// hot-unplugged function (QMP device_del), the next one is the function plugged in again
+    /// (device_add), and it finds the device as after a reset, on the same fabric port.
+    UntilStopped,
+}
+
+/// Serves one NIC to the clients that connect (see [`Clients`]). With `fabric`,
 /// its transport engine exchanges RoCE frames with the fabric (see `shared` for the
 /// threads); without, frames to peers that are not local are lost on an unplugged port.
 ///
@@ -157,6 +168,7 @@ pub fn serve(
     mac: [u8; 6],
     fabric: Option<FabricLink>,
     caps: Option<Arc<CapsPlan>>,
+    clients: Clients,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let mut device = Device::new(name);
@@ -175,31 +187,48 @@ pub fn serve(
             None
         }
     };
-    serve_device(listener, socket, SharedDevice::new(device), inbound)
+    serve_device(
+        listener,
+        socket,
+        SharedDevice::new(device),
+        inbound,
+        clients,
+    )
 }
 
 /// The part of [`serve`] after the device is built: runs the engine thread and the
-/// protocol for one client, then cleans up. Tests call it with a device they keep a handle
+/// protocol for each client, then cleans up. Tests call it with a device they keep a handle
 /// to, to check its state after hostile messages.
 pub(crate) fn serve_device(
     listener: UnixListener,
     socket: &SocketFile,
     mut shared: SharedDevice,
-    inbound: Option<Receiver<Vec<u8>>>,
+    mut inbound: Option<Receiver<Vec<u8>>>,
+    clients: Clients,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let server = Server::new(irq_infos(), server_regions());
-    let engine = spawn_engine(&name, shared.clone(), inbound).map_err(|source| ServeError::Io {
-        path: socket.path().to_path_buf(),
-        source,
-    })?;
-    log::info!("{name}: waiting for a vfio-user client");
-    let outcome = server.run(&listener, &mut shared);
-    // Stop the engine thread first: afterwards nothing but this thread uses the device.
-    drop(engine);
-    // Whatever ended the connection, the client's memory is unmapped and its eventfds
-    // closed now, not whenever the last reference to the device goes.
-    shared.lock().disconnect();
+    let outcome = loop {
+        let engine = spawn_engine(&name, shared.clone(), inbound.take()).map_err(|source| {
+            ServeError::Io {
+                path: socket.path().to_path_buf(),
+                source,
+            }
+        })?;
+        log::info!("{name}: waiting for a vfio-user client");
+        let outcome = server.run(&listener, &mut shared);
+        // Stop the engine thread first: afterwards nothing but this thread uses the device.
+        inbound = engine.finish();
+        // Whatever ended the connection, the client's memory is unmapped, its eventfds closed
+        // and the device reset now, not whenever the last reference to the device goes.
+        shared.lock().disconnect();
+        match (&outcome, clients) {
+            (Ok(()), Clients::UntilStopped) => {
+                log::info!("{name}: client disconnected (unplugged); waiting for the next")
+            }
+            _ => break outcome,
+        }
+    };
     // Stop accepting and unlink the socket before reporting.
     drop(listener);
     socket.remove();
@@ -290,7 +319,8 @@ mod tests {
         let dir = TmpDir::new("serve.sock");
         let path = dir.path("serve.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None, None));
+        let t =
+            std::thread::spawn(move || serve(listener, &file, [0; 6], None, None, Clients::One));
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -303,7 +333,8 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || serve(listener, &file, [0; 6], None, None));
+        let t =
+            std::thread::spawn(move || serve(listener, &file, [0; 6], None, None, Clients::One));
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();

@@ -108,7 +108,15 @@ impl ServerBackend for SharedDevice {
 /// A running engine thread; dropping the handle stops it.
 pub struct EngineThread {
     stop: Arc<AtomicBool>,
-    join: Option<JoinHandle<()>>,
+    join: Option<JoinHandle<Option<Receiver<Vec<u8>>>>>,
+}
+
+impl EngineThread {
+    /// Stops the thread and gives back its fabric queue, for the engine of the next client.
+    pub fn finish(mut self) -> Option<Receiver<Vec<u8>>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.join.take().and_then(|j| j.join().ok()).flatten()
+    }
 }
 
 impl Drop for EngineThread {
@@ -131,7 +139,10 @@ pub fn spawn_engine(
     let flag = Arc::clone(&stop);
     let join = std::thread::Builder::new()
         .name(format!("{name}-engine"))
-        .spawn(move || engine_loop(&dev, inbound.as_ref(), &flag))?;
+        .spawn(move || {
+            engine_loop(&dev, inbound.as_ref(), &flag);
+            inbound
+        })?;
     Ok(EngineThread {
         stop,
         join: Some(join),

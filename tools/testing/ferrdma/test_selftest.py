@@ -740,6 +740,30 @@ class FabricControlTest(unittest.TestCase):
         self.assertEqual(self._ask(ctl, d1, "d1", "cable 1 down\n"),
                          ["error: QMP set_link on node 1: no lan"])
 
+    def test_pci_unplugs_the_function_through_qmp(self):
+        q1 = os.path.join(self.dir, "qmp1.sock")
+        got = self._fake_qmp(q1)
+        cfg = vmharness.Config(script="x", vms=1, nic="/bin/true", replug=True)
+        dev = vmharness.nic_device(cfg, "/s/nic1.sock")
+        self.assertEqual(dev["id"], vmharness.NIC_QDEV_ID)
+        self.assertEqual(dev["bus"], vmharness.NIC_ROOT_PORT)
+        ctl = vmharness.FabricControl(self.sock, self.dir, 1, qmp={1: q1}, replug={1: dev})
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        self.assertEqual(self._ask(ctl, d1, "p1", "pci 1 unplug\n"),
+                         ["node 1: ferrdma function unplugged", "ok"])
+        self.assertEqual([m["execute"] for m in got], ["qmp_capabilities", "device_del"])
+        self.assertEqual(got[1]["arguments"], {"id": vmharness.NIC_QDEV_ID})
+        # Bad requests, and runs without replug, reach neither QEMU nor the fabric.
+        for i, bad in enumerate(("pci 2 unplug", "pci 1 yank", "pci one plug", "pci 1")):
+            self.assertTrue(self._ask(ctl, d1, f"p{i + 2}", bad + "\n")[0].startswith("error:"))
+        plain = vmharness.FabricControl(self.sock, self.dir, 1, qmp={1: q1})
+        self.assertTrue(self._ask(plain, d1, "p9", "pci 1 plug\n")[0].startswith("error:"))
+        self.assertEqual(len(got), 2)
+        self.assertEqual(self.seen, [])
+        # Without replug the function is where it always was, with no id.
+        self.assertNotIn("id", vmharness.nic_device(
+            vmharness.Config(script="x", vms=1, nic="/bin/true"), "/s/nic1.sock"))
+
     def test_nodes_with_a_nic(self):
         cfg = vmharness.Config(script="x", vms=2, nic="/bin/true", nic_nodes=(1,))
         self.assertEqual([vmharness.has_nic(cfg, n) for n in (1, 2)], [True, False])

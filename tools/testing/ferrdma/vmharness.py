@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import re
 import shlex
@@ -287,6 +288,10 @@ class Config:
     smp: int = 2
     kunit: bool = True  # run the KUnit suites (built in at boot, ferrdma.ko's at insmod)
     kasan: bool = False  # the kernel must be a KASAN one (its boot line is checked)
+    # Each ferrdma function sits behind a PCIe root port and the guest may unplug and plug it
+    # (the `pci` request, QMP device_del/device_add); the NICs serve one client after another
+    # (ferrdma-nic --replug) and are stopped at the end instead of ending with their VM.
+    replug: bool = False
     accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
     append: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_APPEND", ""))
     # The VMs' virtio-nets join through a ferrdma-nic fabric process (its learning switch,
@@ -497,9 +502,23 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
         netdev = f"stream,id=lan,server=off,addr.type=unix,addr.path={lan_sock},reconnect-ms=500"
     argv += ["-netdev", netdev, "-device", f"virtio-net-pci,netdev=lan,mac={node_mac(node)}"]
     if nic_sock is not None:
-        argv += ["-device", '{"driver":"vfio-user-pci","socket":{"path":"%s","type":"unix"}}'
-                 % nic_sock]
+        if cfg.replug:
+            argv += ["-device", f"pcie-root-port,id={NIC_ROOT_PORT},chassis=1,slot=1"]
+        argv += ["-device", json.dumps(nic_device(cfg, nic_sock))]
     return argv
+
+
+# The ferrdma function's QEMU device id and, with replug, its root port.
+NIC_QDEV_ID = "ferrdma_nic"
+NIC_ROOT_PORT = "ferrdma_rp"
+
+
+def nic_device(cfg: Config, nic_sock: str) -> dict:
+    """The vfio-user-pci device of a node's NIC, as -device JSON or device_add arguments."""
+    dev = {"driver": "vfio-user-pci", "socket": {"path": nic_sock, "type": "unix"}}
+    if cfg.replug:
+        dev.update(bus=NIC_ROOT_PORT, id=NIC_QDEV_ID)
+    return dev
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,8 +544,11 @@ class FabricControl:
     sees half a reply. Every exchange is logged in <logdir>/fabric-ctl.log."""
 
     def __init__(self, sock: str, logdir: str, vms: int,
-                 nic_port: dict[int, int] | None = None, qmp: dict[int, str] | None = None):
+                 nic_port: dict[int, int] | None = None, qmp: dict[int, str] | None = None,
+                 replug: dict[int, dict] | None = None):
         self.sock = sock
+        # Node -> the device_add arguments of its ferrdma function, in runs with replug.
+        self.replug = replug or {}
         # Node -> the fabric's nic:K port of its ferrdma NIC (NICs are numbered in node order).
         self.nic_port = nic_port or {}
         # Node -> its QEMU's QMP socket.
@@ -562,6 +584,8 @@ class FabricControl:
             reply = ["error: the harness takes one line of at most 512 bytes"]
         elif line.split()[:1] == ["cable"]:
             reply = self.cable(line.split()[1:])
+        elif line.split()[:1] == ["pci"]:
+            reply = self.pci(line.split()[1:])
         else:
             reply = self.request(line)
         with open(self.log, "a") as log:
@@ -594,6 +618,32 @@ class FabricControl:
         if err:
             return reply[:-1] + [f"error: QMP set_link on node {node}: {err}"]
         return reply[:-1] + [f"node {node}: cable {args[1]} ({' '.join(ports)}, carrier)", "ok"]
+
+    def pci(self, args: list[str]) -> list[str]:
+        """`pci NODE unplug|plug`, the harness's own request in runs with replug: QMP
+        device_del of node NODE's ferrdma function (the guest is told through ACPI, its driver
+        removes the device, and the NIC's connection ends), or device_add of it again on the
+        same root port, which the NIC serves as a new client on a reset device. QEMU frees an
+        unplugged function only once the guest has ejected it, so a plug retries while the old
+        one is still there (10 s at most)."""
+        if (len(args) != 2 or args[1] not in ("unplug", "plug") or not args[0].isdigit()
+                or int(args[0]) not in self.replug):
+            return [f"error: pci NODE unplug|plug, NODE one of {sorted(self.replug)} "
+                    "(tests with replug=yes)"]
+        node = int(args[0])
+        if args[1] == "unplug":
+            err = qmp_command(self.qmp[node], "device_del", {"id": NIC_QDEV_ID})
+        else:
+            deadline = time.monotonic() + 10.0
+            while True:
+                err = qmp_command(self.qmp[node], "device_add", self.replug[node])
+                if not err or "uplicate" not in err or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        if err:
+            return [f"error: QMP {'device_del' if args[1] == 'unplug' else 'device_add'} "
+                    f"on node {node}: {err}"]
+        return [f"node {node}: ferrdma function {args[1]}ged", "ok"]
 
     def request(self, line: str, timeout: float = 10.0) -> list[str]:
         """Sends one line to the control socket; returns the reply's lines."""
@@ -892,6 +942,8 @@ def run(cfg: Config) -> RunResult:
                     if has_nic(cfg, n):
                         argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),
                                  "--mac", node_mac(n)]
+                if cfg.replug:
+                    argv += ["--replug"]
                 argv += ["--control", ctl_sock]
                 argv += list(cfg.nic_args)
                 fabric = Child("fabric", argv, os.path.join(logdir, "fabric.log"))
@@ -902,7 +954,11 @@ def run(cfg: Config) -> RunResult:
                                                n for n in range(1, cfg.vms + 1)
                                                if has_nic(cfg, n))},
                                            qmp={n: qmp_sock_path(sockdir, n)
-                                                for n in range(1, cfg.vms + 1)})
+                                                for n in range(1, cfg.vms + 1)},
+                                           replug={n: nic_device(cfg, os.path.join(
+                                               sockdir, f"nic{n}.sock"))
+                                               for n in range(1, cfg.vms + 1)
+                                               if cfg.replug and has_nic(cfg, n)})
                 for n in range(1, cfg.vms + 1):
                     if has_nic(cfg, n):
                         _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), fabric, 15.0)
@@ -913,6 +969,7 @@ def run(cfg: Config) -> RunResult:
                     continue
                 sock = os.path.join(sockdir, f"nic{i + 1}.sock")
                 nics[i] = Child(f"nic{i + 1}", [cfg.nic, "--socket", sock, "--mac", node_mac(i + 1),
+                                                *(["--replug"] if cfg.replug else []),
                                                 *cfg.nic_args],
                                 os.path.join(logdir, f"nic{i + 1}.log"))
                 _wait_for_socket(sock, nics[i], 15.0)
@@ -965,7 +1022,8 @@ def run(cfg: Config) -> RunResult:
     except HarnessError as e:
         run_problems.append(str(e))
     finally:
-        _stop_all(qemus, nics)
+        # A NIC that serves one client after another does not end with its VM.
+        _stop_all(qemus, nics, nic_grace=0.0 if cfg.replug else 5.0)
         if fabric is not None:
             fabric.stop()
         shutil.rmtree(sockdir, ignore_errors=True)
@@ -986,7 +1044,7 @@ def run(cfg: Config) -> RunResult:
             vm.problems.append(f"QEMU exited with status {vm.qemu_status}: "
                                f"{_last_line(q.log_path)} (see {q.log_path})")
         if nic is not None:
-            if nic.signalled:
+            if nic.signalled and not cfg.replug:
                 progress(f"nic{i + 1} did not exit by itself when vm{i + 1} ended; stopped it")
             elif nic.returncode not in (0, None):
                 vm.problems.append(f"nic{i + 1} exited with status {nic.returncode}; "
@@ -1004,14 +1062,16 @@ def _last_line(path: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def _stop_all(qemus: list[Child | None], nics: list[Child | None]) -> None:
-    """Stops every QEMU, then gives each NIC a moment to exit by itself before stopping it."""
+def _stop_all(qemus: list[Child | None], nics: list[Child | None],
+              nic_grace: float = 5.0) -> None:
+    """Stops every QEMU, then gives each NIC `nic_grace` seconds to exit by itself before
+    stopping it."""
     for q in qemus:
         if q is not None:
             q.stop()
     for nic in nics:
         if nic is not None:
-            nic.wait_exit(5.0)
+            nic.wait_exit(nic_grace)
             nic.stop()
 
 

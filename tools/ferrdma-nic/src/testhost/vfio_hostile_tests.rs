@@ -22,7 +22,7 @@ use crate::dma::MAX_MAPPINGS;
 use crate::interface::{MSIX_VECTORS, PCI_DEVICE_ID, PCI_VENDOR_ID};
 use crate::mapping::test_util::{memfd, pipe};
 use crate::msix::test_util::{count, eventfd};
-use crate::server::{bind, serve_device, ServeError};
+use crate::server::{bind, serve_device, Clients, ServeError};
 use crate::shared::SharedDevice;
 use crate::vfio_layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
 use crate::vfio_server::ServerError;
@@ -42,6 +42,10 @@ struct Served {
 
 impl Served {
     fn start(test: &str) -> Self {
+        Self::start_for(test, Clients::One)
+    }
+
+    fn start_for(test: &str, clients: Clients) -> Self {
         let dir = std::env::temp_dir().join(format!("ferrdma-vfio-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -51,7 +55,7 @@ impl Served {
         let served = dev.clone();
         let (tx, done) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(serve_device(listener, &file, served, None));
+            let _ = tx.send(serve_device(listener, &file, served, None, clients));
         });
         Self {
             path,
@@ -920,4 +924,65 @@ fn a_region_write_declaring_four_gib_is_refused_at_once_without_allocating_it() 
     );
     drop(c);
     s.finish().unwrap();
+}
+
+/// With `Clients::UntilStopped` a client that disconnects is a hot-unplugged function: its
+/// memory is unmapped and its vectors unwired, and the next client (the function plugged in
+/// again) finds a reset device: the scratch register it wrote is 0 again.
+#[test]
+fn a_replugged_client_finds_a_reset_device() {
+    use crate::interface::REG_SCRATCH;
+    use crate::vfio_layout::REGION_BAR0;
+    let s = Served::start_for("replug", Clients::UntilStopped);
+    let scratch = |c: &mut RawClient| {
+        let r = c.call(
+            cmd::REGION_READ,
+            &vc::region(REGION_BAR0, REG_SCRATCH as u64, 4, &[]),
+            &[],
+        );
+        ok(&r, "scratch read");
+        u32::from_le_bytes(r.payload[HEADER..HEADER + 4].try_into().unwrap())
+    };
+    for round in 0..3u32 {
+        let mut c = s.client();
+        c.handshake();
+        assert_eq!(
+            scratch(&mut c),
+            0,
+            "round {round}: the device was not reset"
+        );
+        let ram = memfd(0x2000);
+        ok(
+            &c.call(
+                cmd::DMA_MAP,
+                &vc::dma_map(RW, 0, 0x10_000, 0x2000),
+                &[ram.as_raw_fd()],
+            ),
+            "map",
+        );
+        let r = c.call(
+            cmd::REGION_WRITE,
+            &vc::region(
+                REGION_BAR0,
+                REG_SCRATCH as u64,
+                4,
+                &(0x5ca1_ab1e + round).to_le_bytes(),
+            ),
+            &[],
+        );
+        ok(&r, "scratch write");
+        assert_eq!(scratch(&mut c), 0x5ca1_ab1e + round);
+        drop(c);
+        // The server is still there for the next one, and forgot this one.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !s.dev.lock().dma().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: memory still mapped"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(s.done.try_recv().is_err(), "round {round}: serving ended");
+        assert!(s.path.exists(), "round {round}: socket file removed");
+    }
 }
