@@ -517,15 +517,6 @@ removal_holder_finish() {
 	grep -q 'removal-holder: PASS' /tmp/removal-holder.out || fail "removal-holder did not pass after $1"
 }
 
-# wait_gone PATH SECONDS WHAT: waits until PATH no longer exists; fails naming WHAT otherwise.
-wait_gone() {
-	local end=$((SECONDS + $2))
-	while [ -e "$1" ]; do
-		[ "$SECONDS" -lt "$end" ] || fail "$3 still there after $2 s"
-		nap 0.1
-	done
-}
-
 # fabric_pci NODE unplug|plug: hot-unplugs node NODE's ferrdma function (QMP device_del; the
 # guest's ACPI hotplug removes it, the driver's remove runs) or plugs it in again (device_add on
 # the same PCIe root port; the NIC serves it as a new client on a reset device). Only in tests

@@ -14,7 +14,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,24 +111,12 @@ int main(int argc, char **argv)
 	}
 
 	while (seen < nexpected) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
 		struct ibv_async_event ev;
-		int left = (deadline - tp_now()) * 1000, ret;
 
-		if (left <= 0)
+		if (!tp_next_async_event(ctx, deadline, &ev))
 			tp_die("%u of %u expected event(s) did not arrive within %lu s (next: %s)",
 			       nexpected - seen, nexpected, seconds,
 			       ibv_event_type_str(expected[seen]));
-		ret = poll(&pfd, 1, left);
-		if (ret < 0 && errno != EINTR)
-			tp_die("poll: %s", strerror(errno));
-		if (ret <= 0)
-			continue;
-		if (ibv_get_async_event(ctx, &ev)) {
-			if (errno == EAGAIN)
-				continue;
-			tp_die("ibv_get_async_event: %s", strerror(errno));
-		}
 		if (ev.event_type == expected[seen]) {
 			seen++;
 			tp_note("event %u of %u: %s (port %d)", seen, nexpected,

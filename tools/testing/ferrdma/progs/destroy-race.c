@@ -14,8 +14,9 @@
  * returns only once every event that was delivered for the CQ has been acknowledged, so a
  * device or driver that loses track of an event in flight hangs it: the whole run must end
  * within SECONDS (default 300), or it fails naming the iteration and the step it was stuck in.
- * A completion event for a CQ that was never armed, or is gone, fails the run too. The kernel side (no oops, no use after free, no leak) is
- * judged by the harness's splat and kmemleak checks around the run. --sabotage leaves the
+ * A completion event for a CQ that was never armed, or is gone, fails the run too. The kernel
+ * side (no oops, no use after free, no leak) is judged by the harness's splat and kmemleak
+ * checks around the run. --sabotage leaves the
  * first event unacknowledged (as if it were lost on the way): the run must then fail.
  * Prints the counts and a verdict; exits 0 only on success.
  */

@@ -21,7 +21,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +37,12 @@ static void expect_async(enum ibv_event_type type, const void *element, const ch
 	double deadline = tp_now() + seconds;
 
 	for (;;) {
-		struct pollfd pfd = { .fd = dev.ctx->async_fd, .events = POLLIN };
-		int left = (deadline - tp_now()) * 1000;
 		struct ibv_async_event ev;
 		const void *got;
 
-		if (left <= 0)
+		if (!tp_next_async_event(dev.ctx, deadline, &ev))
 			tp_die("%s: no %s event within %lu s", what, ibv_event_type_str(type),
 			       seconds);
-		if (poll(&pfd, 1, left) <= 0)
-			continue;
-		if (ibv_get_async_event(dev.ctx, &ev)) {
-			if (errno == EAGAIN)
-				continue;
-			tp_die("ibv_get_async_event: %s", strerror(errno));
-		}
 		got = type == IBV_EVENT_CQ_ERR ? (const void *)ev.element.cq :
 						 (const void *)ev.element.qp;
 		ibv_ack_async_event(&ev);

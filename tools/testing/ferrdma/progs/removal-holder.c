@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,19 +65,10 @@ static double wait_fatal(struct ibv_context *ctx, unsigned long seconds)
 
 	tp_set_nonblock(ctx->async_fd);
 	for (;;) {
-		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
 		struct ibv_async_event ev;
-		double left = deadline - tp_now();
 
-		if (left <= 0)
+		if (!tp_next_async_event(ctx, deadline, &ev))
 			tp_die("no IBV_EVENT_DEVICE_FATAL within %lu s", seconds);
-		if (poll(&pfd, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR)
-			tp_die("poll on the async fd: %s", strerror(errno));
-		if (ibv_get_async_event(ctx, &ev)) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			tp_die("ibv_get_async_event: %s", strerror(errno));
-		}
 		ibv_ack_async_event(&ev);
 		if (ev.event_type == IBV_EVENT_DEVICE_FATAL)
 			return tp_now() - t0;
@@ -89,7 +79,7 @@ static double wait_fatal(struct ibv_context *ctx, unsigned long seconds)
 int main(int argc, char **argv)
 {
 	unsigned long seconds = 60;
-	struct tp_msg rbuf[SENDS], *mem;
+	struct tp_msg rbuf[SENDS];
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	struct ibv_port_attr port;
 	struct ibv_comp_channel *channel;
@@ -158,10 +148,7 @@ int main(int argc, char **argv)
 	if (!ret)
 		tp_die("ibv_modify_qp succeeded after the removal");
 	printf("commands fail: query_port and modify_qp: %s\n", strerror(ret));
-	mem = calloc(SENDS, sizeof(*mem));
-	if (!mem)
-		tp_die("out of memory");
-	late_mr = ibv_reg_mr(dev.pd, mem, SENDS * sizeof(*mem), IBV_ACCESS_LOCAL_WRITE);
+	late_mr = ibv_reg_mr(dev.pd, rbuf, sizeof(rbuf), IBV_ACCESS_LOCAL_WRITE);
 	if (late_mr)
 		tp_die("ibv_reg_mr succeeded after the removal");
 	{
@@ -185,7 +172,6 @@ int main(int argc, char **argv)
 	if (ibv_destroy_comp_channel(channel))
 		tp_die("ibv_destroy_comp_channel after the removal failed");
 	tp_close(&dev);
-	free(mem);
 	printf("removal-holder: PASS: fatal event, failing commands, clean teardown\n");
 	return 0;
 }

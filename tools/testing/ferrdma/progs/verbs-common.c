@@ -280,6 +280,26 @@ int tp_channel_ready(struct ibv_comp_channel *ch, int timeout_ms)
 	return ret > 0;
 }
 
+int tp_next_async_event(struct ibv_context *ctx, double deadline, struct ibv_async_event *ev)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+		int left = (deadline - tp_now()) * 1000, ret;
+
+		if (left <= 0)
+			return 0;
+		ret = poll(&pfd, 1, left);
+		if (ret < 0 && errno != EINTR)
+			tp_die("poll on the async event fd: %s", strerror(errno));
+		if (ret <= 0)
+			continue;
+		if (!ibv_get_async_event(ctx, ev))
+			return 1;
+		if (errno != EAGAIN && errno != EINTR)
+			tp_die("ibv_get_async_event: %s", strerror(errno));
+	}
+}
+
 void tp_set_nonblock(int fd)
 {
 	int flags = fcntl(fd, F_GETFL);

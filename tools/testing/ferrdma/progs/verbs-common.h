@@ -61,5 +61,11 @@ struct ibv_comp_channel *tp_create_channel(struct tp_dev *dev);
 /* Waits up to @timeout_ms for the channel's fd to become readable: 1 if it did, 0 if not. */
 int tp_channel_ready(struct ibv_comp_channel *ch, int timeout_ms);
 void tp_set_nonblock(int fd);
+/*
+ * Reads the next asynchronous event of @ctx (whose async_fd is non-blocking) into @ev, waiting
+ * until tp_now() reaches @deadline: 1 if it read one (the caller acknowledges it), 0 if the
+ * deadline passed first.
+ */
+int tp_next_async_event(struct ibv_context *ctx, double deadline, struct ibv_async_event *ev);
 
 #endif /* FERRDMA_VERBS_COMMON_H */
