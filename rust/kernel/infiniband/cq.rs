@@ -7,7 +7,7 @@ use super::{
     events::{CqEvents, CqEventsInner},
     ucontext::{udata_context, CoreObject},
     udata::UData,
-    Destroyed, Driver,
+    AbandonedObject, Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*};
 
@@ -149,9 +149,15 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
         DestroyOutcome::Drop(None) => {}
     }
     data.0.revoke();
-    if !abandoned {
+    if abandoned {
+        // SAFETY: Initialised by `create_cq`, moved out once and not used again; ib_core
+        // frees the memory afterwards.
+        let (_events, cq) = unsafe { (*obj).data.assume_init_read() };
+        // SAFETY: Called from an ib_core callback.
+        unsafe { dev.with_data(|d| T::abandon(d, AbandonedObject::Cq(cq))) };
+    } else {
         // SAFETY: Initialised by `create_cq`, dropped once; ib_core frees the memory
-        // afterwards. An abandoned CQ's data is never dropped (leaked on purpose).
+        // afterwards.
         unsafe { (*obj).data.assume_init_drop() };
     }
     0

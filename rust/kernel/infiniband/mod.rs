@@ -30,7 +30,7 @@ pub use av::Av;
 pub use cq::{CqInitAttr, NewCq};
 pub use device::{Device, Registration, RegistrationParams};
 pub use events::{CqEvents, QpEvent, QpEvents};
-pub use irq::Msix;
+pub use irq::Interrupts;
 pub use mr::{Access, AccessFlag, NewMr, UserMrRequest};
 pub use qp::{NewQp, QpAttr, QpAttrFlag, QpAttrMask, QpCap, QpInitAttr, QpQuery, QpState, QpType};
 pub use ucontext::{MmioWindow, UContextInit};
@@ -49,9 +49,20 @@ pub enum Destroyed {
     /// drops the driver data.
     Released,
     /// The device could not be told (it stopped answering): ib_core still frees its object
-    /// and the abstraction revokes the object's events, but it leaks the driver data, whose
-    /// rings, page lists and pinned pages the device may still read or write.
+    /// and the abstraction revokes the object's events, then hands the driver data to
+    /// [`Driver::abandon`], as the device may still read or write its rings, page lists and
+    /// pinned pages.
     Abandoned,
+}
+
+/// The driver data of an object whose destroy answered [`Destroyed::Abandoned`].
+pub enum AbandonedObject<T: Driver> {
+    /// A CQ's data.
+    Cq(T::Cq),
+    /// A QP's data.
+    Qp(T::Qp),
+    /// A memory region's data.
+    Mr(T::Mr),
 }
 
 /// Identifies the user-space provider library that drives a device (`enum rdma_driver_id`).
@@ -150,7 +161,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// nothing.
     fn netdev_link(_data: &Self::RegistrationData<'_>, _up: bool) {}
 
-    /// Interrupt `vector` of the registration's [`Msix`] vectors fired. Hard IRQ context.
+    /// Interrupt `vector` of the registration's [`Interrupts`] fired. Hard IRQ context.
     fn handle_irq(_data: &Self::RegistrationData<'_>, _vector: u32) -> IrqReturn {
         IrqReturn::None
     }
@@ -334,5 +345,14 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// Destroys an address handle (`destroy_ah`).
     fn destroy_ah(_data: &Self::RegistrationData<'_>, _ah: &Self::Ah, _sleepable: bool) -> Result {
         Err(EOPNOTSUPP)
+    }
+
+    /// Takes the data of an object whose destroy answered [`Destroyed::Abandoned`].
+    ///
+    /// The device may still access the memory `obj` owns, so the driver must not drop it
+    /// before the device is known to have stopped (a reset it confirmed); a driver that
+    /// cannot tell leaks it. The default leaks it.
+    fn abandon(_data: &Self::RegistrationData<'_>, obj: AbandonedObject<Self>) {
+        core::mem::forget(obj);
     }
 }

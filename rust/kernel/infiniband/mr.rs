@@ -12,7 +12,7 @@ use super::{
     ucontext::{udata_context, PdObject},
     udata::UData,
     umem::Umem,
-    Destroyed, Driver,
+    AbandonedObject, Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*, types::Opaque};
 
@@ -173,9 +173,15 @@ pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
             drop(unsafe { KBox::from_raw(obj) });
             0
         }
-        // The device may still access what the MR maps: its allocation is leaked on purpose
-        // (ib_core forgets the MR all the same).
-        Ok(Destroyed::Abandoned) => 0,
+        Ok(Destroyed::Abandoned) => {
+            // SAFETY: As above; the data moves to the driver, as the device may still access
+            // what the MR maps.
+            let obj = unsafe { KBox::from_raw(obj) };
+            let MrObject { raw: _, data } = KBox::into_inner(obj);
+            // SAFETY: Called from an ib_core callback.
+            unsafe { dev.with_data(|d| T::abandon(d, AbandonedObject::Mr(data))) };
+            0
+        }
         Err(e) => e.to_errno(),
     }
 }

@@ -11,7 +11,7 @@ use super::{
     ucontext::{udata_context, CoreObject, PdObject},
     udata::UData,
     wc::QpRef,
-    Destroyed, Driver,
+    AbandonedObject, Destroyed, Driver,
 };
 use crate::{bindings, ffi::c_int, prelude::*};
 use core::ptr::NonNull;
@@ -524,9 +524,15 @@ pub(crate) unsafe extern "C" fn destroy_qp<T: Driver>(
         Err(e) => return e.to_errno(),
     };
     data.0.revoke();
-    if how == Destroyed::Released {
+    if how == Destroyed::Abandoned {
+        // SAFETY: Initialised by `create_qp`, moved out once and not used again; ib_core
+        // frees the memory afterwards.
+        let (_events, qp) = unsafe { (*obj).data.assume_init_read() };
+        // SAFETY: Called from an ib_core callback.
+        unsafe { dev.with_data(|d| T::abandon(d, AbandonedObject::Qp(qp))) };
+    } else {
         // SAFETY: Initialised by `create_qp`, dropped once; ib_core frees the memory
-        // afterwards. An abandoned QP's data is never dropped (leaked on purpose).
+        // afterwards.
         unsafe { (*obj).data.assume_init_drop() };
     }
     0

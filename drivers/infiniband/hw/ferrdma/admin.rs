@@ -197,7 +197,7 @@ impl AdminQueue {
         self.dead = true;
         pr_err!(
             "ferrdma: admin queue: {}; the device is considered dead: no more commands, and \
-             memory it may still access is leaked rather than freed\n",
+             memory it may still access is kept until removal resets it\n",
             why
         );
     }

@@ -7,6 +7,7 @@ use crate::{
     abi::{CreateCqReq, CreateCqResp},
     admin::header,
     event_tag::{EventTag, Published},
+    graveyard::Remains,
     ibdev::{IbData, UContext},
     interface as hw,
     kcq::KCq,
@@ -181,7 +182,7 @@ impl IbData<'_> {
             Ok(how) => how,
             Err(e) => {
                 if let CqMem::Kernel(k) = &cq.mem {
-                    core::mem::forget(k.clone());
+                    self.graveyard.bury(Remains::KernelCq(k.clone()));
                 }
                 return Err(e);
             }

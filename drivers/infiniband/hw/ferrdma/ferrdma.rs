@@ -15,6 +15,7 @@ mod driver;
 mod eq;
 mod event_tag;
 mod fault;
+mod graveyard;
 mod ibdev;
 mod id_alloc;
 // Shared with the device model, which uses every item: here only a part is reachable.

@@ -11,6 +11,7 @@ use crate::{
     cq::Cq,
     eq::EventQueue,
     event_tag::{EventTag, EventTags, Published},
+    graveyard::{Graveyard, Remains},
     id_alloc::{filled, IdBitmap},
     interface as hw,
     kqp::KQp,
@@ -21,10 +22,10 @@ use crate::{
 use kernel::{
     device,
     infiniband::{
-        self, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr, DriverId,
-        MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents, QpInitAttr,
-        QpQuery, QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem, UserMrRequest,
-        WcSink,
+        self, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr,
+        DriverId, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents,
+        QpInitAttr, QpQuery, QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem,
+        UserMrRequest, WcSink,
     },
     io::Io,
     irq::IrqReturn,
@@ -85,6 +86,9 @@ pub(crate) struct IbData<'a> {
     /// notifications that report it come far more often than it changes.
     #[pin]
     link: Mutex<Option<bool>>,
+    /// What destroys on a dead device left behind; freed after the reset at removal.
+    #[pin]
+    pub(crate) graveyard: Graveyard,
 }
 
 /// Ids handed out to verbs objects.
@@ -301,6 +305,7 @@ impl<'a> IbData<'a> {
             event_tags: EventTags::new(info.event_tags),
             rings <- new_mutex!(KVec::new()),
             link <- new_mutex!(None),
+            graveyard <- Graveyard::new(),
         }? Error)
     }
 
@@ -445,6 +450,27 @@ impl PinnedDrop for IbData<'_> {
         }
         self.bar
             .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
+        // The read also flushes the posted reset write. A device that answers it is out of
+        // reset and no longer touches host memory; one that reads all-ones or not ready may.
+        let status = self.bar.read(regs::DEV_STATUS).into_raw();
+        let buried = self.graveyard.len();
+        if buried > 0 {
+            if status != u32::MAX && status & hw::DEV_STATUS_READY != 0 {
+                dev_info!(
+                    self.dev,
+                    "freeing {} objects abandoned by the dead device after its reset\n",
+                    buried
+                );
+            } else {
+                dev_err!(
+                    self.dev,
+                    "device did not confirm its reset (status {:#x}): leaking {} abandoned objects\n",
+                    status,
+                    buried
+                );
+                self.graveyard.leak();
+            }
+        }
     }
 }
 
@@ -844,6 +870,10 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn destroy_qp(data: &IbData<'_>, qp: &Qp) -> Result<Destroyed> {
         data.destroy_qp(qp)
+    }
+
+    fn abandon(data: &IbData<'_>, obj: AbandonedObject<Self>) {
+        data.graveyard.bury(Remains::Object(obj));
     }
 
     fn create_ah(
