@@ -6,7 +6,7 @@ use super::{
     ah::{self, AhObject},
     attr,
     cq::{self, CqObject},
-    irq::{Msix, Vectors},
+    irq::{Interrupts, Vectors},
     mr,
     netdev::NetdevBinding,
     qp::{self, QpObject},
@@ -131,7 +131,7 @@ unsafe impl<T: Driver> Sync for Registration<'_, T> {}
 impl<'a, T: Driver> Registration<'a, T> {
     /// Allocates, binds and registers an RDMA device with one RoCE port under `parent`.
     ///
-    /// With `msix`, the vectors are allocated and each interrupt is handed to
+    /// With `irqs`, a handler is registered on each vector and each interrupt is handed to
     /// [`Driver::handle_irq`] from before the device is registered until after it is
     /// unregistered.
     ///
@@ -143,7 +143,7 @@ impl<'a, T: Driver> Registration<'a, T> {
         parent: &'a device::Device<device::Bound>,
         module: &'static ThisModule,
         params: RegistrationParams,
-        msix: Option<Msix<'a>>,
+        irqs: Option<Interrupts<'a>>,
         data: impl PinInit<T::RegistrationData<'a>, Error>,
     ) -> Result<Self> {
         let data = KBox::pin_init(data, GFP_KERNEL)?;
@@ -180,10 +180,10 @@ impl<'a, T: Driver> Registration<'a, T> {
             bindings::ib_set_device_ops(raw, &ops);
         }
 
-        let irqs = match msix {
+        let irqs = match irqs {
             // SAFETY: `reg_data` is set above; the vectors are dropped in `Drop` (or on the
             // error paths below) before `data`.
-            Some(m) => Some(unsafe { Vectors::new(&m, dev) }?),
+            Some(i) => Some(unsafe { Vectors::new(i, dev) }?),
             None => None,
         };
 

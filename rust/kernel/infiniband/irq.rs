@@ -2,29 +2,27 @@
 
 //! The interrupt vectors of a registered device, owned by its [`Registration`].
 //!
-//! A PCI driver's vector allocation and the IRQ handlers registered on it cannot live side by
+//! A driver's vector allocation and the IRQ handlers registered on it cannot live side by
 //! side in the driver's data: every handler registration borrows the allocation. The
 //! registration owns both here, frees the handlers before the vectors, and hands each interrupt
 //! to [`Driver::handle_irq`] with the registration data and the vector index, so the driver's
-//! event-queue code needs no `unsafe` and no self-references.
+//! event-queue code needs no `unsafe` and no self-references. The allocation comes from the
+//! device's bus (PCI MSI-X, for one) as an [`irq::VectorAllocation`]: this layer knows no bus.
 //!
 //! [`Registration`]: super::Registration
 
 use super::{device::Device, Driver};
 use crate::{
-    device::Bound,
-    irq::{self, Flags, Handler, IrqRequest, IrqReturn},
-    pci,
+    irq::{self, Flags, Handler, IrqRequest, IrqReturn, VectorAllocation},
     prelude::*,
 };
 use core::ptr::NonNull;
 
-/// The MSI-X vectors a [`Registration`](super::Registration) allocates and services.
-pub struct Msix<'a> {
-    /// The PCI function.
-    pub pdev: &'a pci::Device<Bound>,
-    /// Vectors to allocate; all of them are required.
-    pub vectors: u32,
+/// The interrupt vectors a [`Registration`](super::Registration) services.
+pub struct Interrupts<'a> {
+    /// The device's vectors, allocated by its bus (e.g. `pci::Device::alloc_irq_vectors`);
+    /// each gets a handler.
+    pub vectors: KBox<dyn VectorAllocation<'a> + 'a>,
     /// The name the handlers show in `/proc/interrupts`.
     pub name: &'static CStr,
 }
@@ -63,28 +61,25 @@ pub(crate) struct Vectors<'a, T: Driver> {
     // Declared before `vectors`: the handlers are freed first.
     handlers: KVec<Pin<KBox<irq::Registration<'a, VectorHandler<T>>>>>,
     /// Owned only to be freed after `handlers`.
-    _vectors: pci::IrqVectorRegistration<'a>,
+    _vectors: KBox<dyn VectorAllocation<'a> + 'a>,
 }
 
 impl<'a, T: Driver> Vectors<'a, T> {
-    /// Allocates `msix.vectors` MSI-X vectors and registers a handler on each.
+    /// Registers a handler on each of `irqs.vectors`.
     ///
     /// # Safety
     ///
     /// `dev`'s registration data must be set, and the result must be dropped (not leaked)
     /// before that data is freed.
-    pub(crate) unsafe fn new(msix: &Msix<'a>, dev: NonNull<Device<T>>) -> Result<Self> {
-        let vectors = msix.pdev.alloc_irq_vectors(
-            msix.vectors,
-            msix.vectors,
-            pci::IrqTypes::default().with(pci::IrqType::MsiX),
-        )?;
+    pub(crate) unsafe fn new(irqs: Interrupts<'a>, dev: NonNull<Device<T>>) -> Result<Self> {
+        let vectors = irqs.vectors;
         let mut handlers = KVec::with_capacity(vectors.len(), GFP_KERNEL)?;
         for i in 0..vectors.len() {
-            let irq = IrqRequest::from(vectors.index(i)?).irq();
-            // SAFETY: `irq` is vector `i` of `msix.pdev`, allocated by `vectors`, which is
-            // freed only after every handler (field order of `Self`).
-            let request = unsafe { IrqRequest::new(msix.pdev.as_ref(), irq) };
+            let irq = vectors.request(i)?.irq();
+            // SAFETY: `irq` is vector `i` of `vectors.device()` (`VectorAllocation`'s
+            // contract), allocated until `vectors` is dropped, which `Self` does only after
+            // every handler (field order).
+            let request = unsafe { IrqRequest::new(vectors.device(), irq) };
             let vector = u32::try_from(i)?;
             // INVARIANT: the caller keeps the registration data alive while `Self` lives.
             let handler = VectorHandler { dev, vector };
@@ -94,7 +89,7 @@ impl<'a, T: Driver> Vectors<'a, T> {
                     irq::Registration::new(
                         request,
                         Flags::TRIGGER_NONE,
-                        msix.name,
+                        irqs.name,
                         Ok::<_, Error>(handler),
                     )
                 },

@@ -13,7 +13,7 @@ use crate::{
 };
 use kernel::{
     device::Core,
-    infiniband::{MmioWindow, Msix, Registration, RegistrationParams},
+    infiniband::{Interrupts, MmioWindow, Registration, RegistrationParams},
     io::Io,
     pci,
     prelude::*,
@@ -90,8 +90,6 @@ impl pci::Driver for FerrdmaDriver {
         )?;
 
         let delivered = selftest::msix(pdev, &bar, &vectors)?;
-        // The registration allocates the vectors again, for good, with the EQ handlers.
-        drop(vectors);
         let copied = selftest::dma_copy(pdev, &bar)?;
         let mac = hw::mac_from_regs(
             bar.read(regs::MAC_LO).into_raw(),
@@ -203,9 +201,8 @@ impl pci::Driver for FerrdmaDriver {
                 pdev.as_ref(),
                 kernel::module::this_module::<crate::LocalModule>(),
                 params,
-                Some(Msix {
-                    pdev,
-                    vectors: nvec,
+                Some(Interrupts {
+                    vectors: KBox::new(vectors, GFP_KERNEL)?,
                     name: c"ferrdma",
                 }),
                 IbData::new(
