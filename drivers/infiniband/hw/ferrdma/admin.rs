@@ -97,12 +97,28 @@ pub(crate) struct AdminQueue {
     dead: bool,
 }
 
+/// Resets the RDMA engine and reads `DEV_STATUS` back, which also flushes the posted reset
+/// write. `Err(status)` unless the device answers ready: a device that reads all-ones (gone)
+/// or not ready may still be using host memory.
+pub(crate) fn reset_engine(bar: &Bar0<'_>) -> core::result::Result<(), u32> {
+    bar.write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
+    let status = bar.read(regs::DEV_STATUS).into_raw();
+    if status != u32::MAX && status & hw::DEV_STATUS_READY != 0 {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
+
 impl AdminQueue {
     /// Resets the RDMA engine, allocates the rings and enables the queue.
     pub(crate) fn new(dev: &device::Device<device::Bound>, bar: &Bar0<'_>) -> Result<Self> {
-        bar.write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
-        if bar.read(regs::DEV_STATUS).into_raw() & hw::DEV_STATUS_READY == 0 {
-            dev_err!(dev, "RDMA engine not ready after reset\n");
+        if let Err(status) = reset_engine(bar) {
+            dev_err!(
+                dev,
+                "RDMA engine not ready after reset (status {:#x})\n",
+                status
+            );
             return Err(EIO);
         }
         let n = AQ_ENTRIES as usize;

@@ -17,7 +17,7 @@ use crate::{
     kqp::KQp,
     mr::{Mr, RingReg},
     qp::Qp,
-    regs::{self, Bar0, DbPage},
+    regs::{Bar0, DbPage},
 };
 use kernel::{
     device,
@@ -27,7 +27,6 @@ use kernel::{
         QpInitAttr, QpQuery, QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem,
         UserMrRequest, WcSink,
     },
-    io::Io,
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
     prelude::*,
@@ -448,20 +447,10 @@ impl PinnedDrop for IbData<'_> {
                 crate::fault::injected()
             );
         }
-        self.bar
-            .write_reg(regs::DEV_CTRL::zeroed().with_command(hw::DEV_CTRL_RESET));
-        // The read also flushes the posted reset write. A device that answers it is out of
-        // reset and no longer touches host memory; one that reads all-ones or not ready may.
-        let status = self.bar.read(regs::DEV_STATUS).into_raw();
+        let reset = crate::admin::reset_engine(&self.bar);
         let buried = self.graveyard.len();
         if buried > 0 {
-            if status != u32::MAX && status & hw::DEV_STATUS_READY != 0 {
-                dev_info!(
-                    self.dev,
-                    "freeing {} objects abandoned by the dead device after its reset\n",
-                    buried
-                );
-            } else {
+            if let Err(status) = reset {
                 dev_err!(
                     self.dev,
                     "device did not confirm its reset (status {:#x}): leaking {} abandoned objects\n",
@@ -469,6 +458,12 @@ impl PinnedDrop for IbData<'_> {
                     buried
                 );
                 self.graveyard.leak();
+            } else {
+                dev_info!(
+                    self.dev,
+                    "freeing {} objects abandoned by the dead device after its reset\n",
+                    buried
+                );
             }
         }
     }
