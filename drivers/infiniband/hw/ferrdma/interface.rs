@@ -49,7 +49,9 @@ pub const VERSION_MAJOR: u16 = 1;
 /// Interface minor version; additions that keep older drivers working bump it.
 ///
 /// 3: event tags ([`CreateCq::event_tag`], [`CreateQp::event_tag`], [`Eqe::tag`]).
-pub const VERSION_MINOR: u16 = 3;
+/// 4: the fatal state is announced ([`ae::DEVICE_FATAL`]) and admin commands fail in it
+///    ([`admin_status::FATAL`]) instead of going unanswered.
+pub const VERSION_MINOR: u16 = 4;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -273,7 +275,11 @@ pub const DEV_CTRL_RESET: u32 = 1;
 pub const REG_DEV_STATUS: usize = 0x204;
 /// [`REG_DEV_STATUS`] bit: the engine is out of reset and accepts admin commands.
 pub const DEV_STATUS_READY: u32 = 1 << 0;
-/// [`REG_DEV_STATUS`] bit: the engine met an unrecoverable error; only a reset helps.
+/// [`REG_DEV_STATUS`] bit: the engine met an unrecoverable error; only a reset helps. From
+/// the moment it is set the engine executes nothing: doorbells and received packets are
+/// dropped, timers stop, and every admin command completes with [`admin_status::FATAL`]
+/// (1.4 on); the AEQ gets one [`ae::DEVICE_FATAL`] entry. Event queue doorbells still work,
+/// so the driver can consume that entry. A [`DEV_CTRL_RESET`] clears the state.
 pub const DEV_STATUS_FATAL: u32 = 1 << 1;
 
 /// `AQ_BASE` (RW, 64-bit): bus address of the admin command ring, [`AQ_BASE_ALIGN`]-aligned.
@@ -514,6 +520,9 @@ pub mod admin_status {
     pub const NOT_SUPPORTED: u16 = 9;
     /// The device ran out of an internal resource (e.g. page-list memory).
     pub const NO_RESOURCES: u16 = 10;
+    /// The engine is in its fatal state ([`super::DEV_STATUS_FATAL`]); nothing was done, and
+    /// nothing will be until a reset (interface 1.4).
+    pub const FATAL: u16 = 11;
 }
 
 wire_struct! {
@@ -1283,10 +1292,22 @@ pub mod ae {
     pub const CQ_ACCESS: u16 = 0x11;
     /// A CEQ overflowed; events were lost (`id` = EQ id, kind DEVICE).
     pub const EQ_OVERFLOW: u16 = 0x18;
+    /// The engine entered its fatal state ([`super::DEV_STATUS_FATAL`]; kind DEVICE, `id`
+    /// 0, `info` a [`super::fatal_cause`] value). The last entry before a reset; the driver
+    /// must reset the function to use it again (interface 1.4). -> DEVICE_FATAL.
+    pub const DEVICE_FATAL: u16 = 0x19;
     /// Port became active. -> PORT_ACTIVE.
     pub const PORT_ACTIVE: u16 = 0x20;
     /// Port went down. -> PORT_ERR.
     pub const PORT_DOWN: u16 = 0x21;
+}
+
+/// Why the engine entered its fatal state ([`Eqe::info`] of [`ae::DEVICE_FATAL`]).
+pub mod fatal_cause {
+    /// An internal error of the engine.
+    pub const INTERNAL: u32 = 0;
+    /// The host injected it (the NIC's test-only `sabotage nic:N fatal`).
+    pub const INJECTED: u32 = 1;
 }
 
 wire_struct! {

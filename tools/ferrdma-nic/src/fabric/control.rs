@@ -13,6 +13,10 @@
 //!   N's responder flips one bit of the byte at message offset OFFSET of every RDMA WRITE
 //!   it places (`rdma/sabotage.rs`), to prove the data-checking tests catch corruption.
 //!   Off by default; the reply names the state and the bytes corrupted so far.
+//! * `sabotage nic:N admin=stall|admin=run`: TEST ONLY. NIC N's admin queue stops (resumes)
+//!   answering, as a hung device.
+//! * `sabotage nic:N fatal`: TEST ONLY. NIC N's engine enters its fatal state (manual,
+//!   "Fatal errors") once, at its next step; the guest's reset of the engine ends it.
 //! * `help`: the request syntax.
 //!
 //! PORT is `lan:N` (every port of the `N`th `--lan` socket, 0-based as in `--fault`; a VM
@@ -90,6 +94,8 @@ pub enum SabotageKnob {
     WriteByte(Option<u64>),
     /// Stop (`true`) or resume answering admin commands.
     AdminStall(bool),
+    /// Enter the fatal state once.
+    Fatal,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -110,6 +116,7 @@ pub const HELP: &[&str] = &[
     "stats",
     "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
     "sabotage nic:N admin=stall|admin=run    TEST ONLY: NIC N's admin queue stops (resumes) answering",
+    "sabotage nic:N fatal    TEST ONLY: NIC N's engine fails fatally (until the guest resets it)",
     "PORT: lan:N (the Nth --lan socket), nic:N (the Nth NIC's RoCE engine), N = lan:N",
 ];
 
@@ -167,7 +174,7 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             _ => return Err(ParseError::Usage("fault PORT SPEC|off")),
         },
         "sabotage" => {
-            const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run";
+            const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run|fatal";
             let [port, what] = words[1..] else {
                 return Err(ParseError::Usage(USAGE));
             };
@@ -178,6 +185,7 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 _ if what == "off" => SabotageKnob::WriteByte(None),
                 _ if what == "admin=stall" => SabotageKnob::AdminStall(true),
                 _ if what == "admin=run" => SabotageKnob::AdminStall(false),
+                _ if what == "fatal" => SabotageKnob::Fatal,
                 // Digits only (no sign), and no more than fit a u64.
                 Some(n)
                     if !n.is_empty() && n.len() <= 19 && n.bytes().all(|b| b.is_ascii_digit()) =>
@@ -381,7 +389,15 @@ mod tests {
                 knob: SabotageKnob::AdminStall(false)
             }))
         );
+        assert_eq!(
+            parse("sabotage nic:1 fatal"),
+            Ok(Some(Command::Sabotage {
+                nic: 1,
+                knob: SabotageKnob::Fatal
+            }))
+        );
         assert!(parse("sabotage nic:2 admin=maybe").is_err());
+        assert!(parse("sabotage nic:2 fatal=1").is_err());
         assert_eq!(
             parse("fault nic:1 off"),
             Ok(Some(Command::Fault {

@@ -124,6 +124,10 @@ impl control::Apply for HubControl {
                             format!("nic:{nic} sabotage: the admin queue answers again")
                         }
                     }
+                    SabotageKnob::Fatal => {
+                        knob.request_fatal();
+                        format!("nic:{nic} sabotage: the engine fails fatally at its next step")
+                    }
                 }]);
             }
             Command::Stats | Command::Help => &[],

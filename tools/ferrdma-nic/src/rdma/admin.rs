@@ -147,7 +147,15 @@ impl Engine {
                 break;
             }
             let hdr = AdminHeader::decode(cmd.first_chunk::<8>().unwrap_or(&[0; 8]));
-            let (status, result, detail) = match self.execute(env, &cmd) {
+            let outcome = if self.fatal {
+                Err(super::commands::CmdError {
+                    status: crate::interface::admin_status::FATAL,
+                    detail: 0,
+                })
+            } else {
+                self.execute(env, &cmd)
+            };
+            let (status, result, detail) = match outcome {
                 Ok(result) => (0, result, 0),
                 Err(err) => {
                     log::debug!("admin opcode {:#x}: {err:?}", hdr.opcode);

@@ -190,8 +190,47 @@ impl Engine {
         }
     }
 
+    /// Whether the engine is in its fatal state (only a reset leaves it).
+    pub fn is_fatal(&self) -> bool {
+        self.fatal
+    }
+
+    /// Enters the fatal state if the host asked for it (`sabotage nic:N fatal`). Called at
+    /// every entry into the engine, so the state begins at a well-defined point between two
+    /// operations, never inside one.
+    fn take_host_fatal(&mut self, env: &Env<'_>) {
+        if self.sabotage.take_fatal() {
+            self.enter_fatal(env, crate::interface::fatal_cause::INJECTED);
+        }
+    }
+
+    /// Stops executing anything (manual, "Fatal errors"): `DEV_STATUS.FATAL` reads set, the
+    /// AEQ gets one `DEVICE_FATAL` entry, and from now on doorbells, frames and timers do
+    /// nothing and admin commands fail with status FATAL, until the guest resets the engine.
+    fn enter_fatal(&mut self, env: &Env<'_>, cause: u32) {
+        if self.fatal {
+            return;
+        }
+        log::error!("RDMA engine: fatal error (cause {cause}); only a reset recovers");
+        self.fatal = true;
+        self.outbox.clear();
+        self.async_event(
+            env,
+            eqe_kind::DEVICE,
+            0,
+            crate::interface::ae::DEVICE_FATAL,
+            cause,
+        );
+        // Commands already queued fail now rather than at the next tail write.
+        self.process_admin(env);
+        self.flush_interrupts(env);
+    }
+
     /// A 32-bit register write; `false` if `reg` is not an engine register.
     pub fn write_reg(&mut self, env: &Env<'_>, reg: usize, value: u32) -> bool {
+        if reg != REG_DEV_CTRL {
+            self.take_host_fatal(env);
+        }
         match reg {
             REG_DEV_CTRL => {
                 if value == DEV_CTRL_RESET {
@@ -232,10 +271,15 @@ impl Engine {
     /// A write to the doorbell BAR. Only aligned 32-bit writes at the two doorbell offsets
     /// of a page do anything.
     pub fn doorbell(&mut self, env: &Env<'_>, offset: u64, data: &[u8]) {
+        self.take_host_fatal(env);
         let (Ok(off), [a, b, c, d]) = (usize::try_from(offset), data) else {
             self.stats.spurious_doorbells += 1;
             return;
         };
+        if self.fatal {
+            self.stats.spurious_doorbells += 1;
+            return;
+        }
         if off >= DB_BAR_SIZE || !env.bus_master {
             self.stats.spurious_doorbells += 1;
             return;
@@ -253,7 +297,8 @@ impl Engine {
     /// Timer tick: retries local RC sends waiting after an RNR NAK, and runs the wire
     /// transport's timers (retransmission, RNR back-off) and pending transmissions.
     pub fn tick(&mut self, env: &Env<'_>) {
-        if env.bus_master {
+        self.take_host_fatal(env);
+        if env.bus_master && !self.fatal {
             self.retry_rnr(env, u32::MAX);
             self.transport_tick(env);
             self.cq_arm_checks(env);
@@ -278,7 +323,8 @@ impl Engine {
 
     /// A RoCEv2 frame from the fabric for this NIC's MAC.
     pub fn rx_frame(&mut self, env: &Env<'_>, frame: &[u8]) {
-        if !self.port.link_up {
+        self.take_host_fatal(env);
+        if !self.port.link_up || self.fatal {
             // A port whose link is down hears nothing, as it sends nothing.
             self.stats.rx_drops += 1;
         } else if env.bus_master {

@@ -630,6 +630,13 @@ impl Engine {
     /// checks), or
     /// `now` if packets wait for room.
     pub fn next_deadline(&self, now: u64) -> Option<u64> {
+        if self.sabotage.fatal_requested() {
+            // The engine takes the request on its next tick.
+            return Some(now);
+        }
+        if self.fatal {
+            return None;
+        }
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for qp in self.qps.iter().flatten() {

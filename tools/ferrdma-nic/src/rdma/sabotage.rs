@@ -10,6 +10,9 @@
 //! - `admin=stall`: the admin queue stops answering (commands stay queued, no completion is
 //!   written), as a hung device would; `admin=run` answers again. It lets the driver's
 //!   timeout and dead-device paths be tested.
+//! - `fatal`: the engine enters its fatal state (`DEV_STATUS.FATAL`, one `DEVICE_FATAL` AEQ
+//!   entry, admin commands failing with status FATAL) the next time it runs, as E810 does on
+//!   an internal firmware error. One request, one fatal state: the guest's reset clears it.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +32,8 @@ pub struct Sabotage {
     hits: AtomicU64,
     /// The admin queue does not answer.
     admin_stalled: AtomicBool,
+    /// A fatal error is requested and not yet taken by the engine.
+    fatal: AtomicBool,
 }
 
 impl Default for Sabotage {
@@ -37,6 +42,7 @@ impl Default for Sabotage {
             offset: AtomicU64::new(OFF),
             hits: AtomicU64::new(0),
             admin_stalled: AtomicBool::new(false),
+            fatal: AtomicBool::new(false),
         }
     }
 }
@@ -50,6 +56,23 @@ impl Sabotage {
     /// Whether the admin queue is to leave commands unanswered.
     pub fn admin_stalled(&self) -> bool {
         self.admin_stalled.load(Ordering::Relaxed)
+    }
+
+    /// Asks the engine to fail fatally the next time it runs.
+    pub fn request_fatal(&self) {
+        self.fatal.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a fatal error is requested and not yet taken.
+    pub fn fatal_requested(&self) -> bool {
+        self.fatal.load(Ordering::Relaxed)
+    }
+
+    /// Whether a fatal error was requested since the last call (the request is consumed).
+    pub fn take_fatal(&self) -> bool {
+        // Cheap when nothing is requested: the engine asks on every register write,
+        // doorbell, frame and tick.
+        self.fatal.load(Ordering::Relaxed) && self.fatal.swap(false, Ordering::Relaxed)
     }
 
     /// Arms the knob for message offset `offset` (every WRITE longer than `offset` bytes
@@ -115,6 +138,15 @@ mod tests {
         assert_eq!(s.target(100), None);
         assert!(matches!(s.corrupt_chunk(0, &[1, 2, 3]), Cow::Borrowed(_)));
         assert_eq!(s.hits(), 0);
+    }
+
+    #[test]
+    fn a_fatal_request_is_taken_once() {
+        let s = Sabotage::default();
+        assert!(!s.take_fatal());
+        s.request_fatal();
+        assert!(s.take_fatal());
+        assert!(!s.take_fatal(), "one request, one fatal state");
     }
 
     #[test]

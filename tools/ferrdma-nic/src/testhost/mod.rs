@@ -11,6 +11,7 @@ mod datapath_tests;
 mod error_tests;
 mod event_tests;
 mod fastreg_tests;
+mod fatal_tests;
 mod fuzz;
 mod local_dma_tests;
 mod more_tests;
@@ -1081,7 +1082,11 @@ impl Rig {
 
     /// [`Rig::rc`] with both QPs created with `flags`.
     pub fn rc_flags(flags: u32) -> Self {
-        let mut h = Host::new();
+        Self::rc_on(Host::new(), flags)
+    }
+
+    /// [`Rig::rc_flags`] on `h`, whose admin queue runs and which has no objects yet.
+    pub fn rc_on(mut h: Host, flags: u32) -> Self {
         let (mut aeq, ceq) = h.standard();
         // Setup events (PORT_ACTIVE) are not what tests look for.
         h.poll_eq(&mut aeq);
