@@ -52,6 +52,20 @@ impl<T: Driver> Device<T> {
         unsafe { CStr::from_char_ptr((*self.as_raw()).name.as_ptr()) }
     }
 
+    /// Tells ib_core's clients and every user context (its async event file) that the device
+    /// failed: `IB_EVENT_DEVICE_FATAL`. Any context: ib_core delivers it from a work item,
+    /// which unregistration waits for. What follows is the driver's business, usually a
+    /// reset through [`super::Recovery`].
+    pub fn report_fatal(&self) {
+        // SAFETY: An all-zero `ib_event` is valid (a union of pointers and a port number).
+        let mut ev: bindings::ib_event = unsafe { core::mem::zeroed() };
+        ev.device = self.as_raw();
+        ev.event = bindings::ib_event_type_IB_EVENT_DEVICE_FATAL;
+        ev.element.port_num = 1;
+        // SAFETY: `ev` names this live device; ib_dispatch_event() copies the event.
+        unsafe { bindings::ib_dispatch_event(&ev) };
+    }
+
     /// Returns the raw `ib_device` pointer.
     pub(crate) fn as_raw(&self) -> *mut bindings::ib_device {
         self.ib.get()

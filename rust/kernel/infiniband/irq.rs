@@ -48,7 +48,7 @@ impl<T: Driver> Handler for VectorHandler<T> {
         // SAFETY: The device and its registration data outlive the handler (type invariant).
         let dev = unsafe { self.dev.as_ref() };
         // SAFETY: Handlers run only while the registration data is set (type invariant).
-        unsafe { dev.with_data(|d| T::handle_irq(d, self.vector)) }
+        unsafe { dev.with_data(|d| T::handle_irq(d, dev, self.vector)) }
     }
 }
 

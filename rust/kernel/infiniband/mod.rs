@@ -19,6 +19,7 @@ pub mod irq;
 pub mod mr;
 mod netdev;
 pub mod qp;
+pub mod recovery;
 pub mod ucontext;
 pub mod udata;
 pub mod umem;
@@ -33,6 +34,7 @@ pub use events::{CqEvents, QpEvent, QpEvents};
 pub use irq::Interrupts;
 pub use mr::{Access, AccessFlag, NewMr, UserMrRequest};
 pub use qp::{NewQp, QpAttr, QpAttrFlag, QpAttrMask, QpCap, QpInitAttr, QpQuery, QpState, QpType};
+pub use recovery::Recovery;
 pub use ucontext::{MmioWindow, UContextInit};
 pub use udata::UData;
 pub use umem::Umem;
@@ -161,8 +163,13 @@ pub trait Driver: Sized + Send + Sync + 'static {
     /// nothing.
     fn netdev_link(_data: &Self::RegistrationData<'_>, _up: bool) {}
 
-    /// Interrupt `vector` of the registration's [`Interrupts`] fired. Hard IRQ context.
-    fn handle_irq(_data: &Self::RegistrationData<'_>, _vector: u32) -> IrqReturn {
+    /// Interrupt `vector` of the registration's [`Interrupts`] fired on `dev`. Hard IRQ
+    /// context.
+    fn handle_irq(
+        _data: &Self::RegistrationData<'_>,
+        _dev: &Device<Self>,
+        _vector: u32,
+    ) -> IrqReturn {
         IrqReturn::None
     }
 

@@ -192,6 +192,10 @@ impl AdminQueue {
                     self.die("a completion for another command");
                     return Err(EIO);
                 }
+                if cpl.status == hw::admin_status::FATAL {
+                    self.die("the device is in its fatal state");
+                    return Err(EIO);
+                }
                 status_to_error(cpl.status)?;
                 return Ok(cpl.result);
             }

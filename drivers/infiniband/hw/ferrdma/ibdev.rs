@@ -24,8 +24,8 @@ use kernel::{
     infiniband::{
         self, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr,
         DriverId, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents,
-        QpInitAttr, QpQuery, QpRef, RecvWrs, RocePort, SendWrs, UContextInit, UData, Umem,
-        UserMrRequest, WcSink,
+        QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort, SendWrs, UContextInit, UData,
+        Umem, UserMrRequest, WcSink,
     },
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
@@ -88,6 +88,13 @@ pub(crate) struct IbData<'a> {
     /// What destroys on a dead device left behind; freed after the reset at removal.
     #[pin]
     pub(crate) graveyard: Graveyard,
+    /// The device announced its fatal state (`DEVICE_FATAL`): no command is sent any more.
+    fatal: Atomic<bool>,
+    /// The admin queue found the device dead (see [`AdminQueue::exec`]); a copy of its flag
+    /// that the data path reads without the admin lock.
+    admin_dead: Atomic<bool>,
+    /// The reset of the function after a fatal error (a re-probe), requested at most once.
+    recovery: Recovery,
 }
 
 /// Ids handed out to verbs objects.
@@ -305,6 +312,9 @@ impl<'a> IbData<'a> {
             rings <- new_mutex!(KVec::new()),
             link <- new_mutex!(None),
             graveyard <- Graveyard::new(),
+            fatal: Atomic::new(false),
+            admin_dead: Atomic::new(false),
+            recovery: Recovery::new()?,
         }? Error)
     }
 
@@ -313,14 +323,68 @@ impl<'a> IbData<'a> {
         self.kdb.as_ref().ok_or(EOPNOTSUPP)
     }
 
-    /// Runs one admin command.
+    /// Runs one admin command; `EIO` at once on a device in its fatal state.
     pub(crate) fn admin(&self, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
-        self.admin.lock().exec(&self.bar, cmd)
+        if self.is_fatal() {
+            return Err(EIO);
+        }
+        let mut q = self.admin.lock();
+        let r = q.exec(&self.bar, cmd);
+        if q.is_dead() {
+            self.admin_dead.store(true, Relaxed);
+        }
+        r
     }
 
     /// The device's view of QP `id`.
     pub(crate) fn query_device_qp(&self, id: u32) -> Result<hw::QpQueryOut> {
-        self.admin.lock().query_qp(&self.bar, id)
+        if self.is_fatal() {
+            return Err(EIO);
+        }
+        let mut q = self.admin.lock();
+        let r = q.query_qp(&self.bar, id);
+        if q.is_dead() {
+            self.admin_dead.store(true, Relaxed);
+        }
+        r
+    }
+
+    /// Whether the device announced its fatal state.
+    fn is_fatal(&self) -> bool {
+        self.fatal.load(Relaxed)
+    }
+
+    /// The device announced its fatal state (manual, "Fatal errors"). Interrupt context.
+    ///
+    /// From now on no command is sent (each would fail) and destroys abandon their objects
+    /// to the graveyard; ib_core's clients and user contexts get `IB_EVENT_DEVICE_FATAL`,
+    /// and the function is reset by probing it again: the removal this starts resets the
+    /// device and frees the graveyard, the probe registers a new RDMA device.
+    fn on_fatal(&self, dev: &infiniband::Device<FerrdmaIb>, cause: u32) {
+        if self.fatal.xchg(true, Relaxed) {
+            return;
+        }
+        dev_err!(
+            self.dev,
+            "the device reported a fatal error (cause {}); resetting it\n",
+            cause
+        );
+        dev.report_fatal();
+        // Work outstanding on kernel QPs will never complete in the device: consumers
+        // waiting for it get their flushes now (ULPs drain their QPs before they let go).
+        for id in 0..hw::MAX_QP as usize {
+            let qp = self.tables.lock().kqp(id);
+            if let Some(qp) = qp {
+                self.kick_dead_qp(&qp);
+            }
+        }
+        if let Err(e) = self.recovery.request(self.dev) {
+            dev_err!(
+                self.dev,
+                "cannot queue the reset ({:?}); the device stays dead until it is removed\n",
+                e
+            );
+        }
     }
 
     /// Runs a DESTROY_* or DEREG_MR command for object `id`.
@@ -331,9 +395,10 @@ impl<'a> IbData<'a> {
         self.admin(&cmd.encode()).map(|_| ())
     }
 
-    /// Whether the device stopped following the admin protocol (a command timed out).
+    /// Whether the device is in its fatal state or stopped following the admin protocol (a
+    /// command timed out).
     pub(crate) fn device_dead(&self) -> bool {
-        self.admin.lock().is_dead()
+        self.is_fatal() || self.admin_dead.load(Relaxed)
     }
 
     /// Destroys device object `id` for a destroy verb: `Released` when the device did;
@@ -360,8 +425,8 @@ impl<'a> IbData<'a> {
         }
     }
 
-    /// Delivers one event queue entry. Interrupt context.
-    fn dispatch(&self, e: &hw::Eqe) {
+    /// Delivers one event queue entry of `dev`. Interrupt context.
+    fn dispatch(&self, dev: &infiniband::Device<FerrdmaIb>, e: &hw::Eqe) {
         use hw::{ae, eqe_kind};
         let id = e.id as usize;
         let tag = EventTag::from_eqe(e.tag);
@@ -393,6 +458,7 @@ impl<'a> IbData<'a> {
             }
             // Port state follows the bound netdev in ib_core; nothing to add here.
             (eqe_kind::PORT, _) => {}
+            (eqe_kind::DEVICE, ae::DEVICE_FATAL) => self.on_fatal(dev, e.info),
             (_, ae::EQ_OVERFLOW) => {
                 if let Some(n) = self.odd_events.report() {
                     pr_warn!(
@@ -737,11 +803,15 @@ impl infiniband::Driver for FerrdmaIb {
         }
     }
 
-    fn handle_irq(data: &IbData<'_>, vector: u32) -> IrqReturn {
+    fn handle_irq(
+        data: &IbData<'_>,
+        dev: &infiniband::Device<FerrdmaIb>,
+        vector: u32,
+    ) -> IrqReturn {
         let Some(eq) = data.eqs.get(vector as usize) else {
             return IrqReturn::None;
         };
-        eq.drain(&data.bar, |e| data.dispatch(e));
+        eq.drain(&data.bar, |e| data.dispatch(dev, e));
         // MSI-X vectors are never shared: an interrupt without entries is still ours.
         IrqReturn::Handled
     }

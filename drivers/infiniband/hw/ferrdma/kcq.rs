@@ -20,6 +20,7 @@ use kernel::{
     new_spinlock_irq,
     prelude::*,
     sync::{
+        atomic::{Atomic, Relaxed},
         barrier::{dma_mb, Read},
         Arc, SpinLockIrq,
     },
@@ -59,6 +60,13 @@ pub(crate) struct KCq {
     /// Taken by poll, arm and QP cleanup; orders them.
     #[pin]
     pos: SpinLockIrq<CqPos>,
+    /// The consumer's completion handler, for the events a dead device can no longer raise.
+    events: CqEvents,
+    /// Armed (`req_notify_cq`) since the last event the driver raised itself. The device
+    /// tracks arming for its own events; this only matters once it is dead, so that no
+    /// consumer gets an event it did not ask for (an `IB_POLL_DIRECT` CQ never arms, and
+    /// ib_core warns about an event on one).
+    armed: Atomic<bool>,
 }
 
 /// What polling one CQE did.
@@ -191,6 +199,7 @@ impl IbData<'_> {
             rsvd0: 0,
             rsvd1: 0,
         };
+        let kcq_events = events.clone();
         let kcq = crate::fault::step().and_then(|()| {
             Arc::pin_init(
                 pin_init!(KCq {
@@ -199,6 +208,8 @@ impl IbData<'_> {
                     ring,
                     shadow,
                     pos <- new_spinlock_irq!(CqPos { head: 0, polarity: true }),
+                    events: kcq_events,
+                    armed: Atomic::new(false),
                 }),
                 GFP_KERNEL,
             )
@@ -241,7 +252,74 @@ impl IbData<'_> {
                 Step::Park => {}
             }
         }
+        drop(pos);
+        if self.device_dead() {
+            self.flush_dead(cq, out);
+        }
         Ok(())
+    }
+
+    /// Completes, with `WR_FLUSH_ERR`, work requests that a dead device will never complete:
+    /// those outstanding on the queues of every kernel QP that reports to `cq`, oldest first,
+    /// as a device flushes a QP in error. The CQEs the device wrote before it died come
+    /// first (the caller polled the ring). So every work request posted to a kernel QP ends
+    /// with a completion even on a dead device, which is what lets ULPs drain their QPs
+    /// (`ib_drain_qp`) and tear down.
+    fn flush_dead(&self, cq: &KCq, out: &mut WcSink<'_>) {
+        for id in 0..hw::MAX_QP as usize {
+            if out.is_full() {
+                return;
+            }
+            let Some(qp) = self.tables.lock().kqp(id) else {
+                continue;
+            };
+            let flushed = |wr_id, opcode| Wc {
+                wr_id,
+                status: WcStatus::WrFlush,
+                opcode,
+                vendor_err: 0,
+                byte_len: 0,
+                qp: qp.name(),
+                imm: None,
+                invalidated: None,
+                src_qp: qp.id,
+                network: None,
+            };
+            if core::ptr::eq(&*qp.send_cq, cq) {
+                while !out.is_full() {
+                    let Some((e, _)) = qp.sq_pop_oldest() else {
+                        break;
+                    };
+                    out.push(flushed(e.wr_id, e.opcode));
+                }
+            }
+            if core::ptr::eq(&*qp.recv_cq, cq) {
+                while !out.is_full() {
+                    let Some((wr_id, _)) = qp.rq_pop_oldest() else {
+                        break;
+                    };
+                    out.push(flushed(wr_id, WcOpcode::Recv));
+                }
+            }
+        }
+    }
+
+    /// Raises `cq`'s completion event if its consumer armed it: for work a dead device
+    /// will not complete (see [`Self::flush_dead`]). Any context; no driver lock held.
+    pub(crate) fn kick_dead_cq(&self, cq: &KCq) {
+        if cq.armed.xchg(false, Relaxed) {
+            cq.events.completion();
+        }
+    }
+
+    /// Whether kernel QPs reporting to `cq` have work a dead device will flush.
+    fn dead_cq_has_work(&self, cq: &KCq) -> bool {
+        (0..hw::MAX_QP as usize).any(|id| {
+            self.tables.lock().kqp(id).is_some_and(|qp| {
+                (core::ptr::eq(&*qp.send_cq, cq) && qp.sq_has_work())
+                    || (core::ptr::eq(&*qp.recv_cq, cq) && qp.rq_has_work())
+            })
+        })
     }
 
     /// Turns one CQE into at most one completion.
@@ -312,8 +390,11 @@ impl IbData<'_> {
         let i = hw::cq_shadow::ARM_OFFSET / 8;
         let prev: u64 = io_read!(cq.shadow, [try: i]);
         io_write!(cq.shadow, [try: i], hw::cq_arm_word(prev, how.solicited_only));
+        cq.armed.store(true, Relaxed);
         // writel() orders the shadow store before the doorbell.
         db.write32(cq.id, hw::DB_CQ_ARM_OFFSET);
-        Ok(how.report_missed && cq.peek(&pos)?.is_some())
+        let waiting = cq.peek(&pos)?.is_some();
+        drop(pos);
+        Ok(how.report_missed && (waiting || (self.device_dead() && self.dead_cq_has_work(cq))))
     }
 }

@@ -92,6 +92,16 @@ impl KQp {
         self.sq.lock().track.pop_oldest()
     }
 
+    /// Whether send WQEs are outstanding.
+    pub(crate) fn sq_has_work(&self) -> bool {
+        self.sq.lock().track.has_work()
+    }
+
+    /// Whether receives are outstanding.
+    pub(crate) fn rq_has_work(&self) -> bool {
+        self.rq.lock().used > 0
+    }
+
     /// A successful RQ CQE: RQ completions come in order.
     pub(crate) fn rq_complete(&self) -> Option<u64> {
         self.rq.lock().retire_tail()
@@ -395,6 +405,10 @@ impl IbData<'_> {
         if posted {
             // writel() orders the WQE stores before the doorbell.
             db.write32(qp.id, hw::DB_SQ_OFFSET);
+            if self.device_dead() {
+                // Nothing will execute them: they complete as flushed (`flush_dead`).
+                self.kick_dead_cq(&qp.send_cq);
+            }
         }
         res
     }
@@ -500,6 +514,11 @@ impl IbData<'_> {
             posted = true;
         }
         drop(rq);
+        if posted && self.device_dead() {
+            // Nothing will fill or flush them: they complete as flushed (`flush_dead`).
+            self.kick_dead_cq(&qp.recv_cq);
+            return res;
+        }
         // There is no RQ doorbell; in ERR the device flushes new receives on request.
         if posted && qp.in_error.load(Relaxed) != 0 {
             let mut cmd = hw::ModifyQp::decode(&[0; hw::ModifyQp::SIZE]);
@@ -511,6 +530,14 @@ impl IbData<'_> {
             self.admin(&cmd.encode())?;
         }
         res
+    }
+
+    /// Raises the completion events of `qp`'s CQs, if armed, once the device is dead.
+    pub(crate) fn kick_dead_qp(&self, qp: &KQp) {
+        self.kick_dead_cq(&qp.send_cq);
+        if !core::ptr::eq(&*qp.send_cq, &*qp.recv_cq) {
+            self.kick_dead_cq(&qp.recv_cq);
+        }
     }
 
     /// Tears down what `create_kernel_qp` set up once the device forgot the QP: no CQE of it

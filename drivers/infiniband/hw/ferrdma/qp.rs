@@ -397,6 +397,17 @@ impl IbData<'_> {
         if !transition_ok(cur, next, qp.qp_type, mask) {
             return Err(EINVAL);
         }
+        if next == QpState::Err && self.device_dead() {
+            // The device cannot be told and need not be: it executes nothing any more, and
+            // the driver completes a kernel QP's work requests as flushed itself. Refusing
+            // would leave ULPs unable to drain (`ib_drain_qp` warns and gives up).
+            soft.state = QpState::Err;
+            if let Some(k) = qp.kernel_rings() {
+                k.in_error.store(1, Relaxed);
+                self.kick_dead_qp(k);
+            }
+            return Ok(());
+        }
 
         // libirdma's reflush: a QP already in ERR is "moved" to ERR again to flush WQEs
         // posted since (irdma-abi §2.7). The table allows no other attribute with it.
