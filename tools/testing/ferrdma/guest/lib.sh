@@ -438,7 +438,9 @@ load_kmods() {
 	local kbuild=${FERRDMA_KBUILD:-} rel name
 	[ -n "$kbuild" ] || fail "FERRDMA_KBUILD is empty: the kernel image is not in a build tree"
 	for rel in "$@"; do
+		# The kernel names modules with underscores (nvme-core.ko is nvme_core).
 		name=$(basename "$rel" .ko)
+		name=${name//-/_}
 		[ -d "/sys/module/$name" ] && continue
 		[ -f "$kbuild/$rel" ] || fail "module $kbuild/$rel does not exist (CONFIG_...=m?)"
 		insmod "$kbuild/$rel" || { dmesg | tail -20 >&2; fail "insmod $kbuild/$rel failed"; }
@@ -488,14 +490,14 @@ fabric_cable() {
 	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
 }
 
-# removal_holder_start: starts progs/removal-holder on ferrdma0 (the verbs objects a running
+# removal_holder_start [-f]: starts progs/removal-holder on ferrdma0 (the verbs objects a running
 # application holds, after 8 SENDs whose bytes it checked) and waits until it is ready; its pid
-# is in $REMOVAL_HOLDER, its output in /tmp/removal-holder.out.
+# is in $REMOVAL_HOLDER, its output in /tmp/removal-holder.out. -f: the device will fail fatally (see the program).
 removal_holder_start() {
 	local progs
 	progs=$(test_progs_dir)
 	: > /tmp/removal-holder.out
-	"$progs/removal-holder" ferrdma0 -t 90 > /tmp/removal-holder.out 2>&1 &
+	"$progs/removal-holder" ferrdma0 -t 90 "$@" > /tmp/removal-holder.out 2>&1 &
 	REMOVAL_HOLDER=$!
 	for _ in $(seq 300); do
 		grep -q '^ready' /tmp/removal-holder.out && return 0

@@ -248,7 +248,8 @@ nvmeof_res_check() {
 		cqs=$(nvmeof_cqs)
 		new=$(comm -13 <(echo "$NVMEOF_CQS_BEFORE" | sort) <(echo "$cqs" | sort))
 		bad=$(echo "$new" | grep -v 'users 0 .*comm \[ib_core\]' || true)
-		[ "$(echo "$res" | sed 's/ cq [0-9]*//')" = "$(echo "$NVMEOF_RES_BEFORE" | sed 's/ cq [0-9]*//')" ] &&
+		# Counts only: the device index differs if the device was registered anew since.
+		[ "$(echo "$res" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" = "$(echo "$NVMEOF_RES_BEFORE" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" ] &&
 			[ "$cmid" = "$NVMEOF_CMID_BEFORE" ] && [ -z "$bad" ] && break
 		if [ "$SECONDS" -ge "$end" ]; then
 			echo "cm_ids now: $cmid" >&2

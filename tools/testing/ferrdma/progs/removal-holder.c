@@ -2,7 +2,7 @@
 /*
  * removal-holder: holds a device's verbs objects while the device goes away under it.
  *
- *   removal-holder DEVICE [-t SECONDS]
+ *   removal-holder DEVICE [-t SECONDS] [-f]
  *
  * Opens DEVICE and sets up what a running RDMA application holds: a PD, a completion channel
  * and CQ, two RC QPs connected to each other, an MR, libirdma's doorbell mapping. It moves 8
@@ -13,6 +13,11 @@
  * mapping was zapped: stores land in a dummy page), and every object must still be
  * destroyable so that the process can clean up and exit. Prints the result; exits 0 only if
  * all of that held.
+ *
+ * -f: the device fails fatally rather than being removed. Its driver reports
+ * IBV_EVENT_DEVICE_FATAL when the error happens and then removes the device to reset it, so
+ * commands may still reach the driver for a moment after the event: they must start failing
+ * within 30 s (the removal disassociates the context), and the wait is printed.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -79,6 +84,7 @@ static double wait_fatal(struct ibv_context *ctx, unsigned long seconds)
 int main(int argc, char **argv)
 {
 	unsigned long seconds = 60;
+	bool fatal = false;
 	struct tp_msg rbuf[SENDS];
 	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
 	struct ibv_port_attr port;
@@ -93,10 +99,13 @@ int main(int argc, char **argv)
 	int opt, ret;
 
 	tp_prog = "removal-holder";
-	while ((opt = getopt(argc, argv, "t:h")) != -1) {
+	while ((opt = getopt(argc, argv, "t:fh")) != -1) {
 		switch (opt) {
 		case 't':
 			seconds = tp_parse_ulong("SECONDS", optarg, 1, 3600);
+			break;
+		case 'f':
+			fatal = true;
 			break;
 		default:
 			usage();
@@ -140,6 +149,18 @@ int main(int argc, char **argv)
 
 	waited = wait_fatal(dev.ctx, seconds);
 	printf("IBV_EVENT_DEVICE_FATAL after %.2f s\n", waited);
+
+	if (fatal) {
+		double t0 = tp_now();
+
+		while (!ibv_query_port(dev.ctx, 1, &port)) {
+			if (tp_now() - t0 > 30)
+				tp_die("ibv_query_port still succeeds 30 s after IBV_EVENT_DEVICE_FATAL");
+			usleep(20000);
+		}
+		printf("commands fail %.2f s after IBV_EVENT_DEVICE_FATAL (the removal that resets the device)\n",
+		       tp_now() - t0);
+	}
 
 	/* The device is gone: commands fail, the data path must not take the process down. */
 	if (!ibv_query_port(dev.ctx, 1, &port))
