@@ -68,7 +68,8 @@ fuzz-uverbs: kernel nic progs
 # here on the KASAN kernel: each takes 2.5-4x as long there.
 KASAN_TESTS ?= fault-inject-ferrdma uverbs-fuzz-ferrdma insmod-cycles verbs-churn \
 	kverbs-loopback-ferrdma events-destroy-ferrdma events-destroy-moderated-ferrdma \
-	events-race-ferrdma verbs-bad-udata nvmeof-loopback-ferrdma admin-hang-ferrdma
+	events-race-ferrdma verbs-bad-udata nvmeof-loopback-ferrdma admin-hang-ferrdma \
+	fatal-reset-ferrdma fatal-nvmeof-ferrdma
 check-kasan: kernel kernel-kasan nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests \
 		$(foreach t,$(KASAN_TESTS),--filter $(t) --kasan $(t))

@@ -104,7 +104,7 @@ fn queue_reprobe(dev: ARef<device::Device>, state: Arc<State>) -> Result {
             }
             dev_warn!(
                 dev,
-                "recovering from a fatal error: unbinding and probing again\n"
+                "recovery: unbinding the failed function and probing it again\n"
             );
             // SAFETY: `dev` is a live device (we hold a reference); the driver core takes the
             // device lock itself.

@@ -95,6 +95,8 @@ pub(crate) struct AdminQueue {
     /// protocol. Every later command fails at once (no timeout per command), and memory the
     /// device was told about must not be freed (it may still be written).
     dead: bool,
+    /// Why the queue is dead.
+    death: &'static str,
 }
 
 /// Resets the RDMA engine and reads `DEV_STATUS` back, which also flushes the posted reset
@@ -147,6 +149,7 @@ impl AdminQueue {
             pos: RingPos::START,
             next_id: 1,
             dead: false,
+            death: "",
         })
     }
 
@@ -213,10 +216,16 @@ impl AdminQueue {
         self.dead
     }
 
-    fn die(&mut self, why: &str) {
+    /// Why the queue is dead (empty while it is not).
+    pub(crate) fn death(&self) -> &'static str {
+        self.death
+    }
+
+    fn die(&mut self, why: &'static str) {
         self.dead = true;
+        self.death = why;
         pr_err!(
-            "ferrdma: admin queue: {}; the device is considered dead: no more commands, and \
+            "admin queue: {}; the device is considered dead: no more commands, and \
              memory it may still access is kept until removal resets it\n",
             why
         );

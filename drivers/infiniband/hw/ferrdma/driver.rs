@@ -8,7 +8,7 @@ use crate::{
     eq::EventQueue,
     ibdev::{self, FerrdmaIb, FunctionInfo, IbData, MacFmt},
     interface as hw, regs,
-    regs::Bar0,
+    regs::{Bar0, DbPage},
     selftest::{self, Version},
 };
 use kernel::{
@@ -114,76 +114,23 @@ impl pci::Driver for FerrdmaDriver {
             return Err(ENODEV);
         }
         let mut admin = AdminQueue::new(pdev.as_ref(), &bar)?;
-        // The device's limits are checked here, once: the rest of the driver sees only the
-        // validated `Caps`.
-        let (caps, clamps) = Caps::validate(&admin.query_caps(&bar)?).map_err(|r| {
-            dev_err!(
-                pdev,
-                "QUERY_CAPS: {} = {:#x} is impossible ({}); refusing the device\n",
-                r.field,
-                r.value,
-                r.why
-            );
-            r.errno()
-        })?;
-        for c in clamps.as_slice() {
-            dev_warn!(
-                pdev,
-                "QUERY_CAPS: {} = {:#x} exceeds the driver's limit; using {:#x}\n",
-                c.field,
-                c.reported,
-                c.used
-            );
-        }
-        dev_info!(
-            pdev,
-            "admin queue up: fw {}.{}, {} QPs, {} CQs, {} MRs, {} PDs, {} GIDs\n",
-            caps.fw_ver >> 32,
-            caps.fw_ver & 0xffff,
-            caps.max_qp,
-            caps.max_cq,
-            caps.max_mr,
-            caps.max_pd,
-            caps.max_gid
-        );
-
-        // One AEQ on vector 0, a CEQ on every other vector (manual, "Initialisation").
-        let requested = crate::module_parameters::ceq_moderation_us.value();
-        let moderation =
-            crate::eq::moderation(requested, caps.max_eq_moderation_us).inspect_err(|_| {
-                dev_err!(
-                    pdev,
-                    "ceq_moderation_us={} exceeds the device's limit of {} us\n",
-                    requested,
-                    caps.max_eq_moderation_us
-                )
-            })?;
-        if moderation > 0 {
-            dev_info!(pdev, "CEQ interrupt moderation: {} us\n", moderation);
-        }
-        let mut eqs = KVec::with_capacity(nvec as usize, GFP_KERNEL)?;
-        for id in 0..nvec {
-            let eq = EventQueue::new(pdev.as_ref(), id)?;
-            admin.exec(&bar, &eq.create_cmd(moderation).encode())?;
-            eqs.push(eq, GFP_KERNEL)?;
-        }
+        let mut eqs = KVec::new();
+        let caps = match bring_up_engine(pdev, &bar, &mut admin, &mut eqs, nvec) {
+            Ok(caps) => caps,
+            Err(e) => {
+                release_engine(pdev, &bar, admin, eqs);
+                return Err(e);
+            }
+        };
 
         // The doorbell BAR is what user contexts map; without it there are no user verbs.
-        let (doorbells, kdb) =
-            if bar.read(regs::FEATURES).doorbell_bar()
-                && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
-            {
-                (
-                    Some(MmioWindow::from_resource(pdev.resource(hw::DB_BAR_INDEX)?)?),
-                    Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(
-                        hw::DB_BAR_INDEX,
-                        c"ferrdma-db",
-                    )?),
-                )
-            } else {
-                dev_warn!(pdev, "no doorbell BAR: user and kernel verbs unavailable\n");
-                (None, None)
-            };
+        let (doorbells, kdb) = match map_doorbells(pdev, &bar) {
+            Ok(d) => d,
+            Err(e) => {
+                release_engine(pdev, &bar, admin, eqs);
+                return Err(e);
+            }
+        };
 
         let params = RegistrationParams {
             name: c"ferrdma%d",
@@ -227,6 +174,113 @@ impl pci::Driver for FerrdmaDriver {
         // registration's netdev notifier sets it, replaying the device's current state.
 
         Ok(FerrdmaData { _ib: ib, pdev })
+    }
+}
+
+/// Probe's part after the admin queue is up: validates QUERY_CAPS and creates the event
+/// queues (into `eqs`, so that the caller can release what was made on an error).
+fn bring_up_engine<'bound>(
+    pdev: &'bound pci::Device<Core<'_>>,
+    bar: &Bar0<'bound>,
+    admin: &mut AdminQueue,
+    eqs: &mut KVec<EventQueue>,
+    nvec: u32,
+) -> Result<Caps> {
+    // The device's limits are checked here, once: the rest of the driver sees only the
+    // validated `Caps`.
+    let (caps, clamps) = Caps::validate(&admin.query_caps(bar)?).map_err(|r| {
+        dev_err!(
+            pdev,
+            "QUERY_CAPS: {} = {:#x} is impossible ({}); refusing the device\n",
+            r.field,
+            r.value,
+            r.why
+        );
+        r.errno()
+    })?;
+    for c in clamps.as_slice() {
+        dev_warn!(
+            pdev,
+            "QUERY_CAPS: {} = {:#x} exceeds the driver's limit; using {:#x}\n",
+            c.field,
+            c.reported,
+            c.used
+        );
+    }
+    dev_info!(
+        pdev,
+        "admin queue up: fw {}.{}, {} QPs, {} CQs, {} MRs, {} PDs, {} GIDs\n",
+        caps.fw_ver >> 32,
+        caps.fw_ver & 0xffff,
+        caps.max_qp,
+        caps.max_cq,
+        caps.max_mr,
+        caps.max_pd,
+        caps.max_gid
+    );
+
+    // One AEQ on vector 0, a CEQ on every other vector (manual, "Initialisation").
+    let requested = crate::module_parameters::ceq_moderation_us.value();
+    let moderation =
+        crate::eq::moderation(requested, caps.max_eq_moderation_us).inspect_err(|_| {
+            dev_err!(
+                pdev,
+                "ceq_moderation_us={} exceeds the device's limit of {} us\n",
+                requested,
+                caps.max_eq_moderation_us
+            )
+        })?;
+    if moderation > 0 {
+        dev_info!(pdev, "CEQ interrupt moderation: {} us\n", moderation);
+    }
+    eqs.reserve(nvec as usize, GFP_KERNEL)?;
+    for id in 0..nvec {
+        let eq = EventQueue::new(pdev.as_ref(), id)?;
+        let cmd = eq.create_cmd(moderation).encode();
+        // Kept before the device learns of it: a failed CREATE_EQ may still have reached it.
+        eqs.push(eq, GFP_KERNEL)?;
+        admin.exec(bar, &cmd)?;
+    }
+    Ok(caps)
+}
+
+/// The doorbell BAR, which user contexts map, and page 0 of it for the kernel's own queues;
+/// `(None, None)` without one (no user or kernel verbs then).
+fn map_doorbells<'bound>(
+    pdev: &'bound pci::Device<Core<'_>>,
+    bar: &Bar0<'bound>,
+) -> Result<(Option<MmioWindow<'bound>>, Option<DbPage<'bound>>)> {
+    if bar.read(regs::FEATURES).doorbell_bar()
+        && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
+    {
+        Ok((
+            Some(MmioWindow::from_resource(pdev.resource(hw::DB_BAR_INDEX)?)?),
+            Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(hw::DB_BAR_INDEX, c"ferrdma-db")?),
+        ))
+    } else {
+        dev_warn!(pdev, "no doorbell BAR: user and kernel verbs unavailable\n");
+        Ok((None, None))
+    }
+}
+
+/// A probe that fails after the admin queue is up: the device knows the admin and event
+/// queue rings, so they are freed only after a confirmed reset; a device that does not
+/// confirm it (gone, or hung) may still write them, and they are leaked instead.
+fn release_engine(
+    pdev: &pci::Device<Core<'_>>,
+    bar: &Bar0<'_>,
+    admin: AdminQueue,
+    eqs: KVec<EventQueue>,
+) {
+    if let Err(status) = crate::admin::reset_engine(bar) {
+        dev_err!(
+            pdev,
+            "probe failed and the device did not confirm its reset (status {:#x}): leaking its admin and {} event queue rings\n",
+            status,
+            eqs.len()
+        );
+        core::mem::forget(admin);
+        core::mem::forget(eqs);
     }
 }
 

@@ -46,7 +46,7 @@ impl Graveyard {
         let mut remains = self.remains.lock();
         // `push` would drop `r` on failure: reserve first, so a failure leaks it instead.
         if remains.reserve(1, GFP_KERNEL).is_err() {
-            pr_warn!("ferrdma: no memory to track abandoned device memory; leaked\n");
+            pr_warn!("no memory to track abandoned device memory; leaked\n");
             core::mem::forget(r);
             return;
         }

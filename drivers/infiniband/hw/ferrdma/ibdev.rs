@@ -330,9 +330,9 @@ impl<'a> IbData<'a> {
         }
         let mut q = self.admin.lock();
         let r = q.exec(&self.bar, cmd);
-        if q.is_dead() {
-            self.admin_dead.store(true, Relaxed);
-        }
+        let death = q.is_dead().then(|| q.death());
+        drop(q);
+        self.note_admin_dead(death);
         r
     }
 
@@ -343,10 +343,33 @@ impl<'a> IbData<'a> {
         }
         let mut q = self.admin.lock();
         let r = q.query_qp(&self.bar, id);
-        if q.is_dead() {
-            self.admin_dead.store(true, Relaxed);
-        }
+        let death = q.is_dead().then(|| q.death());
+        drop(q);
+        self.note_admin_dead(death);
         r
+    }
+
+    /// After an admin command: if the queue found the device dead (a timeout, a stray
+    /// completion, the FATAL status), the data path learns it and, the first time, the
+    /// function is reset by probing it again, as irdma asks ice for a reset when a CQP
+    /// command times out. A device that still does not answer then fails that probe and
+    /// stays unbound. Any context.
+    fn note_admin_dead(&self, death: Option<&'static str>) {
+        let Some(why) = death else {
+            return;
+        };
+        if self.admin_dead.xchg(true, Relaxed) || self.is_fatal() {
+            // Known already; `on_fatal` does the rest for an announced fatal state.
+            return;
+        }
+        dev_err!(self.dev, "admin queue: {}; resetting the device\n", why);
+        if let Err(e) = self.recovery.request(self.dev) {
+            dev_err!(
+                self.dev,
+                "cannot queue the reset ({:?}); the device stays dead until it is removed\n",
+                e
+            );
+        }
     }
 
     /// Whether the device announced its fatal state.
@@ -462,7 +485,7 @@ impl<'a> IbData<'a> {
             (_, ae::EQ_OVERFLOW) => {
                 if let Some(n) = self.odd_events.report() {
                     pr_warn!(
-                        "ferrdma: event queue {} overflowed, events lost ({} odd events)\n",
+                        "event queue {} overflowed, events lost ({} odd events)\n",
                         e.id,
                         n
                     );
@@ -471,7 +494,7 @@ impl<'a> IbData<'a> {
             _ => {
                 if let Some(n) = self.odd_events.report() {
                     pr_warn!(
-                        "ferrdma: unknown event kind {} code {:#x} ({} odd events)\n",
+                        "unknown event kind {} code {:#x} ({} odd events)\n",
                         e.kind,
                         e.code,
                         n
@@ -799,7 +822,7 @@ impl infiniband::Driver for FerrdmaIb {
         }
         match data.set_link(up) {
             Ok(()) => *last = Some(up),
-            Err(e) => pr_warn!("ferrdma: SET_PORT link {} failed: {:?}\n", up, e),
+            Err(e) => pr_warn!("SET_PORT link {} failed: {:?}\n", up, e),
         }
     }
 

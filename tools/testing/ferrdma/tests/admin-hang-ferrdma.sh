@@ -10,10 +10,13 @@
 #     (kept by the driver, not freed, since the device may still access it), so the process
 #     is gone within 15 s and ib_core holds nothing of it (no WARN from uverbs for an object
 #     that cannot be destroyed);
-#   * the driver says once that the device is dead;
+#   * the driver says once that the device is dead and resets it by re-probing the function
+#     (as irdma asks for a reset on a CQP timeout): the removal resets the device, which
+#     confirms it, and only then frees the abandoned memory (no DMA mapping outlives the
+#     removal: DMA-API debug; kmemleak finds nothing); the probe that follows finds the
+#     admin queue still silent, fails, and leaves the function unbound, its rings freed after
+#     a confirmed reset;
 #   * rmmod completes within 15 s, and the driver's removal check finds every id returned;
-#     removal resets the device, which confirms it, and only then frees the abandoned memory:
-#     no DMA mapping outlives the driver (DMA-API debug) and kmemleak finds nothing;
 #   * once the queue answers again, ferrdma loads anew (probe resets the device) and moves
 #     and checks data (progs/verbs-datacheck on loopback).
 . "$FERRDMA_HARNESS/guest/datacheck.sh"
@@ -43,16 +46,29 @@ while rdma res show qp | grep -w ferrdma0 | has_line -v 'comm \['; do
 done
 note "the killed process's objects were torn down in $(cs_seconds $(($(uptime_cs) - t0))) s with the admin queue stalled"
 expect_no_verbs_objects
-dead=$(dmesg | grep -c 'admin queue: a command timed out; the device is considered dead' || true)
-[ "$dead" = 1 ] || fail "expected one 'device is considered dead' line, got $dead"
+dead=$(dmesg | grep -c 'admin queue: a command timed out; resetting the device' || true)
+[ "$dead" = 1 ] || fail "expected one 'a command timed out; resetting the device' line, got $dead"
 
-t0=$(uptime_cs)
-timeout 15 rmmod ferrdma || fail "rmmod ferrdma with a dead device did not complete within 15 s"
-note "rmmod with a dead device took $(cs_seconds $(($(uptime_cs) - t0))) s"
+# The reset: a removal, then a probe that the silent admin queue fails.
+end=$((SECONDS + 30))
+until dmesg | has_line 'recovery: (no driver took the function|probing the function failed|the function is bound again)'; do
+	[ "$SECONDS" -lt "$end" ] || { dmesg | grep -iE 'ferrdma|recover' | tail -20; fail "no recovery outcome within 30 s of the device's death"; }
+	nap 0.2
+done
+note "recovery: $(dmesg | sed -n 's/.*recovery: //p' | tail -1)"
+! dmesg | has_line 'recovery: the function is bound again' \
+	|| fail "the function was bound again although its admin queue still does not answer"
+[ ! -e /sys/class/infiniband/ferrdma0 ] || fail "ferrdma0 exists although the re-probe should have failed"
 freed=$(dmesg | sed -n 's/.*freeing \([0-9]*\) objects abandoned by the dead device after its reset.*/\1/p')
 [ -n "$freed" ] && [ "$freed" -gt 0 ] \
-	|| fail "removal did not free the dead device's abandoned objects after its reset: $(dmesg | grep -i abandon || true)"
-note "removal freed $freed abandoned objects after the device confirmed its reset"
+	|| fail "the reset's removal did not free the dead device's abandoned objects: $(dmesg | grep -i abandon || true)"
+note "the reset's removal freed $freed abandoned objects after the device confirmed its reset"
+! dmesg | has_line 'leaking its admin and' \
+	|| fail "the failed re-probe leaked its rings although the device confirms resets"
+
+t0=$(uptime_cs)
+timeout 15 rmmod ferrdma || fail "rmmod ferrdma after a dead device's reset did not complete within 15 s"
+note "rmmod took $(cs_seconds $(($(uptime_cs) - t0))) s"
 ! dmesg | has_line 'device driver has pending DMA allocations while released' \
 	|| fail "DMA-API debug: the driver let go of the function with DMA memory still mapped"
 expect_no_removal_leak
@@ -60,7 +76,8 @@ kmemleak_check "removal of a device that died with objects abandoned"
 
 fabric_ctl sabotage nic:0 admin=run
 load_ferrdma
-wait_probe 2 >/dev/null
+# Probe summaries so far: the first probe, the failed re-probe (its self test passed), this one.
+wait_probe 3 >/dev/null
 gid=$(wait_gid ferrdma0)
 datacheck_loopback after-hang ferrdma0 -g "$gid" -q 2 -s 1,4096,65537
 expect_no_verbs_objects
