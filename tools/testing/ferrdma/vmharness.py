@@ -180,6 +180,7 @@ class Child:
         self.started = time.monotonic()
         self.ended: float | None = None
         self.signalled = False  # the harness had to stop it
+        self.killed_on_request = False  # a test asked for its death (`nic kill`)
         with open(log_path, "ab") as log:
             log.write(f"# {shlex.join(argv)}\n".encode())
             log.flush()
@@ -191,6 +192,14 @@ class Child:
     @property
     def returncode(self) -> int | None:
         return self.popen.returncode
+
+    def kill_on_request(self) -> None:
+        """SIGKILL, as a test asked: its death is the test's subject, not a failure."""
+        self.killed_on_request = True
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def exited(self) -> bool:
         """True once the process has ended. The zombie is left for reap() so that its process
@@ -545,8 +554,11 @@ class FabricControl:
 
     def __init__(self, sock: str, logdir: str, vms: int,
                  nic_port: dict[int, int] | None = None, qmp: dict[int, str] | None = None,
-                 replug: dict[int, dict] | None = None):
+                 replug: dict[int, dict] | None = None,
+                 kill_nic: "Callable[[], None] | None" = None):
         self.sock = sock
+        # Kills the process serving the NICs and the fabric (`nic kill`).
+        self.kill_nic = kill_nic
         # Node -> the device_add arguments of its ferrdma function, in runs with replug.
         self.replug = replug or {}
         # Node -> the fabric's nic:K port of its ferrdma NIC (NICs are numbered in node order).
@@ -586,6 +598,8 @@ class FabricControl:
             reply = self.cable(line.split()[1:])
         elif line.split()[:1] == ["pci"]:
             reply = self.pci(line.split()[1:])
+        elif line.split() == ["nic", "kill"]:
+            reply = self.nic_kill()
         else:
             reply = self.request(line)
         with open(self.log, "a") as log:
@@ -644,6 +658,16 @@ class FabricControl:
             return [f"error: QMP {'device_del' if args[1] == 'unplug' else 'device_add'} "
                     f"on node {node}: {err}"]
         return [f"node {node}: ferrdma function {args[1]}ged", "ok"]
+
+    def nic_kill(self) -> list[str]:
+        """`nic kill`, the harness's own request: SIGKILL to the ferrdma-nic process, which
+        serves every VM's NIC and the fabric (so the LAN and this control socket go too), as
+        a crash of the device model would. QEMU and the guests keep running; what they do is
+        the test's subject."""
+        if self.kill_nic is None:
+            return ["error: nic kill: no NIC process to kill"]
+        self.kill_nic()
+        return ["the ferrdma-nic process (NICs and fabric) was killed", "ok"]
 
     def request(self, line: str, timeout: float = 10.0) -> list[str]:
         """Sends one line to the control socket; returns the reply's lines."""
@@ -958,7 +982,8 @@ def run(cfg: Config) -> RunResult:
                                            replug={n: nic_device(cfg, os.path.join(
                                                sockdir, f"nic{n}.sock"))
                                                for n in range(1, cfg.vms + 1)
-                                               if cfg.replug and has_nic(cfg, n)})
+                                               if cfg.replug and has_nic(cfg, n)},
+                                           kill_nic=fabric.kill_on_request)
                 for n in range(1, cfg.vms + 1):
                     if has_nic(cfg, n):
                         _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), fabric, 15.0)
@@ -1006,7 +1031,8 @@ def run(cfg: Config) -> RunResult:
                                 other.stop()
                 for i, nic in enumerate(nics):
                     q = qemus[i]
-                    if nic is not None and nic.exited() and q is not None and not q.exited():
+                    if (nic is not None and nic.exited() and q is not None and not q.exited()
+                            and not nic.killed_on_request):
                         results[i].problems.append(
                             f"nic{i + 1} exited (status {nic.reap()}) while vm{i + 1} was running;"
                             f" see {nic.log_path}")
@@ -1046,7 +1072,7 @@ def run(cfg: Config) -> RunResult:
         if nic is not None:
             if nic.signalled and not cfg.replug:
                 progress(f"nic{i + 1} did not exit by itself when vm{i + 1} ended; stopped it")
-            elif nic.returncode not in (0, None):
+            elif nic.returncode not in (0, None) and not nic.killed_on_request:
                 vm.problems.append(f"nic{i + 1} exited with status {nic.returncode}; "
                                    f"see {nic.log_path}")
             nic_log = _read(nic.log_path) or ""

@@ -112,6 +112,14 @@ pub(crate) fn reset_engine(bar: &Bar0<'_>) -> core::result::Result<(), u32> {
     }
 }
 
+/// Whether the function is gone: its ID register, a constant, reads all-ones, as reads of
+/// a PCI function that no longer answers do (surprise removal; a vfio-user server that died,
+/// whose client then fails every access). Nothing answers, so nothing can access host
+/// memory either: what was kept from a dead device can be freed.
+pub(crate) fn device_gone(bar: &Bar0<'_>) -> bool {
+    bar.read(regs::ID).into_raw() == u32::MAX
+}
+
 impl AdminQueue {
     /// Resets the RDMA engine, allocates the rings and enables the queue.
     pub(crate) fn new(dev: &device::Device<device::Bound>, bar: &Bar0<'_>) -> Result<Self> {

@@ -264,8 +264,9 @@ fn map_doorbells<'bound>(
 }
 
 /// A probe that fails after the admin queue is up: the device knows the admin and event
-/// queue rings, so they are freed only after a confirmed reset; a device that does not
-/// confirm it (gone, or hung) may still write them, and they are leaked instead.
+/// queue rings, so they are freed only after a confirmed reset or once the function is gone
+/// (all-ones reads); a device that does not confirm it but still answers may still write
+/// them, and they are leaked instead.
 fn release_engine(
     pdev: &pci::Device<Core<'_>>,
     bar: &Bar0<'_>,
@@ -273,6 +274,9 @@ fn release_engine(
     eqs: KVec<EventQueue>,
 ) {
     if let Err(status) = crate::admin::reset_engine(bar) {
+        if crate::admin::device_gone(bar) {
+            return;
+        }
         dev_err!(
             pdev,
             "probe failed and the device did not confirm its reset (status {:#x}): leaking its admin and {} event queue rings\n",

@@ -539,20 +539,26 @@ impl PinnedDrop for IbData<'_> {
         let reset = crate::admin::reset_engine(&self.bar);
         let buried = self.graveyard.len();
         if buried > 0 {
-            if let Err(status) = reset {
-                dev_err!(
-                    self.dev,
-                    "device did not confirm its reset (status {:#x}): leaking {} abandoned objects\n",
-                    status,
-                    buried
-                );
-                self.graveyard.leak();
-            } else {
-                dev_info!(
+            match reset {
+                Ok(()) => dev_info!(
                     self.dev,
                     "freeing {} objects abandoned by the dead device after its reset\n",
                     buried
-                );
+                ),
+                Err(_) if crate::admin::device_gone(&self.bar) => dev_info!(
+                    self.dev,
+                    "freeing {} objects abandoned by the dead device: it is gone (all-ones reads)\n",
+                    buried
+                ),
+                Err(status) => {
+                    dev_err!(
+                        self.dev,
+                        "device did not confirm its reset (status {:#x}): leaking {} abandoned objects\n",
+                        status,
+                        buried
+                    );
+                    self.graveyard.leak();
+                }
             }
         }
     }
