@@ -764,6 +764,26 @@ class FabricControlTest(unittest.TestCase):
         self.assertNotIn("id", vmharness.nic_device(
             vmharness.Config(script="x", vms=1, nic="/bin/true"), "/s/nic1.sock"))
 
+    def test_nic_kill_kills_through_the_harness_only(self):
+        killed = []
+        ctl = vmharness.FabricControl(self.sock, self.dir, 1, kill_nic=lambda: killed.append(1))
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        self.assertEqual(self._ask(ctl, d1, "k1", "nic kill\n"),
+                         ["the ferrdma-nic process (NICs and fabric) was killed", "ok"])
+        self.assertEqual(killed, [1])
+        # Not forwarded to the fabric; without a NIC process to kill, an error.
+        self.assertEqual(self.seen, [])
+        plain = vmharness.FabricControl(self.sock, self.dir, 1)
+        self.assertTrue(self._ask(plain, d1, "k2", "nic kill\n")[0].startswith("error:"))
+        self.assertEqual(killed, [1])
+
+    def test_a_child_killed_on_request_is_marked(self):
+        child = vmharness.Child("nic", ["sleep", "30"], os.path.join(self.dir, "nic.log"))
+        child.kill_on_request()
+        self.assertTrue(child.wait_exit(5))
+        self.assertTrue(child.killed_on_request)
+        self.assertEqual(child.reap(), -9)
+
     def test_nodes_with_a_nic(self):
         cfg = vmharness.Config(script="x", vms=2, nic="/bin/true", nic_nodes=(1,))
         self.assertEqual([vmharness.has_nic(cfg, n) for n in (1, 2)], [True, False])
