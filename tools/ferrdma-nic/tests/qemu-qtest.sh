@@ -13,6 +13,11 @@
 set -euo pipefail
 
 BIN=${1:-/ferrdma/cache/cargo-target/release/ferrdma-nic}
+# The interface version the NIC must report is the one the interface definition states.
+iface="$(cd "$(dirname "$0")/../../.." && pwd)/drivers/infiniband/hw/ferrdma/interface.rs"
+ver_major=$(sed -n 's/^pub const VERSION_MAJOR: u16 = \([0-9]*\);$/\1/p' "$iface")
+ver_minor=$(sed -n 's/^pub const VERSION_MINOR: u16 = \([0-9]*\);$/\1/p' "$iface")
+[ -n "$ver_major" ] && [ -n "$ver_minor" ] || { echo "qemu-qtest: no VERSION_MAJOR/MINOR in $iface" >&2; exit 1; }
 QEMU=${QEMU:-qemu-system-x86_64}
 work=$(mktemp -d)
 sock=$work/nic.sock
@@ -99,7 +104,7 @@ cfg_write 0x04 0x6
 
 # Registers.
 check "ID" "readl $(reg 0x0)" 0x4652444d
-check "VERSION" "readl $(reg 0x4)" 0x00010003
+check "VERSION ($ver_major.$ver_minor, interface.rs)" "readl $(reg 0x4)" "$(printf '0x%04x%04x' "$ver_major" "$ver_minor")"
 check "MAC_LO (default MAC 52:54:00:fe:10:01)" "readl $(reg 0x18)" 0xfe005452
 check "MAC_HI" "readl $(reg 0x1c)" 0x00000110
 check "SCRATCH reset" "readl $(reg 0x8)" 0
