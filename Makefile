@@ -69,7 +69,7 @@ fuzz-uverbs: kernel nic progs
 KASAN_TESTS ?= fault-inject-ferrdma uverbs-fuzz-ferrdma insmod-cycles verbs-churn \
 	kverbs-loopback-ferrdma events-destroy-ferrdma events-destroy-moderated-ferrdma \
 	events-race-ferrdma verbs-bad-udata nvmeof-loopback-ferrdma admin-hang-ferrdma \
-	fatal-reset-ferrdma fatal-nvmeof-ferrdma
+	fatal-reset-ferrdma fatal-nvmeof-ferrdma nic-killed-ferrdma
 check-kasan: kernel kernel-kasan nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests \
 		$(foreach t,$(KASAN_TESTS),--filter $(t) --kasan $(t))
