@@ -91,12 +91,11 @@ pub(crate) struct AdminQueue {
     out: Coherent<[u64]>,
     pos: RingPos,
     next_id: u16,
-    /// A command timed out or completed out of order: the device no longer follows the
-    /// protocol. Every later command fails at once (no timeout per command), and memory the
-    /// device was told about must not be freed (it may still be written).
-    dead: bool,
-    /// Why the queue is dead.
-    death: &'static str,
+    /// Why the queue is dead, once a command timed out, completed out of order or found the
+    /// device in its fatal state: the device no longer follows the protocol. Every later
+    /// command fails at once (no timeout per command), and memory the device was told about
+    /// must not be freed (it may still be written).
+    death: Option<&'static str>,
 }
 
 /// Resets the RDMA engine and reads `DEV_STATUS` back, which also flushes the posted reset
@@ -156,8 +155,7 @@ impl AdminQueue {
             out,
             pos: RingPos::START,
             next_id: 1,
-            dead: false,
-            death: "",
+            death: None,
         })
     }
 
@@ -169,7 +167,7 @@ impl AdminQueue {
     /// command: destroying a process's objects would otherwise spin for a second each with
     /// interrupts off).
     pub(crate) fn exec(&mut self, bar: &Bar0<'_>, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
-        if self.dead {
+        if self.is_dead() {
             return Err(EIO);
         }
         let mut cmd = *cmd;
@@ -221,17 +219,16 @@ impl AdminQueue {
 
     /// Whether the device stopped following the admin protocol (see [`Self::exec`]).
     pub(crate) fn is_dead(&self) -> bool {
-        self.dead
+        self.death.is_some()
     }
 
-    /// Why the queue is dead (empty while it is not).
-    pub(crate) fn death(&self) -> &'static str {
+    /// Why the queue is dead, if it is.
+    pub(crate) fn death(&self) -> Option<&'static str> {
         self.death
     }
 
     fn die(&mut self, why: &'static str) {
-        self.dead = true;
-        self.death = why;
+        self.death = Some(why);
         pr_err!(
             "admin queue: {}; the device is considered dead: no more commands, and \
              memory it may still access is kept until removal resets it\n",

@@ -325,25 +325,23 @@ impl<'a> IbData<'a> {
 
     /// Runs one admin command; `EIO` at once on a device in its fatal state.
     pub(crate) fn admin(&self, cmd: &[u8; hw::ADMIN_CMD_SIZE]) -> Result<u32> {
-        if self.is_fatal() {
-            return Err(EIO);
-        }
-        let mut q = self.admin.lock();
-        let r = q.exec(&self.bar, cmd);
-        let death = q.is_dead().then(|| q.death());
-        drop(q);
-        self.note_admin_dead(death);
-        r
+        self.with_admin(|q, bar| q.exec(bar, cmd))
     }
 
     /// The device's view of QP `id`.
     pub(crate) fn query_device_qp(&self, id: u32) -> Result<hw::QpQueryOut> {
+        self.with_admin(|q, bar| q.query_qp(bar, id))
+    }
+
+    /// Runs `f` on the admin queue unless the device is in its fatal state (`EIO`), then
+    /// notes whether the queue found the device dead.
+    fn with_admin<R>(&self, f: impl FnOnce(&mut AdminQueue, &Bar0<'a>) -> Result<R>) -> Result<R> {
         if self.is_fatal() {
             return Err(EIO);
         }
         let mut q = self.admin.lock();
-        let r = q.query_qp(&self.bar, id);
-        let death = q.is_dead().then(|| q.death());
+        let r = f(&mut q, &self.bar);
+        let death = q.death();
         drop(q);
         self.note_admin_dead(death);
         r
@@ -363,6 +361,11 @@ impl<'a> IbData<'a> {
             return;
         }
         dev_err!(self.dev, "admin queue: {}; resetting the device\n", why);
+        self.request_reset();
+    }
+
+    /// Asks for the dead device's reset by a re-probe (at most once; see [`Recovery`]).
+    fn request_reset(&self) {
         if let Err(e) = self.recovery.request(self.dev) {
             dev_err!(
                 self.dev,
@@ -401,13 +404,7 @@ impl<'a> IbData<'a> {
                 self.kick_dead_qp(&qp);
             }
         }
-        if let Err(e) = self.recovery.request(self.dev) {
-            dev_err!(
-                self.dev,
-                "cannot queue the reset ({:?}); the device stays dead until it is removed\n",
-                e
-            );
-        }
+        self.request_reset();
     }
 
     /// Runs a DESTROY_* or DEREG_MR command for object `id`.

@@ -10,6 +10,7 @@ use crate::{
     event_tag::Published,
     ibdev::IbData,
     interface as hw,
+    kqp::KQp,
     kwqe::{self, Cqe},
     sizing,
 };
@@ -266,42 +267,36 @@ impl IbData<'_> {
     /// with a completion even on a dead device, which is what lets ULPs drain their QPs
     /// (`ib_drain_qp`) and tear down.
     fn flush_dead(&self, cq: &KCq, out: &mut WcSink<'_>) {
-        for id in 0..hw::MAX_QP as usize {
+        for (qp, sends, recvs) in self.kernel_qps_on(cq) {
+            while sends && !out.is_full() {
+                let Some((e, _)) = qp.sq_pop_oldest() else {
+                    break;
+                };
+                out.push(qp.wc(e.wr_id, WcStatus::WrFlush, e.opcode, 0, 0));
+            }
+            while recvs && !out.is_full() {
+                let Some((wr_id, _)) = qp.rq_pop_oldest() else {
+                    break;
+                };
+                out.push(qp.wc(wr_id, WcStatus::WrFlush, WcOpcode::Recv, 0, 0));
+            }
             if out.is_full() {
                 return;
             }
-            let Some(qp) = self.tables.lock().kqp(id) else {
-                continue;
-            };
-            let flushed = |wr_id, opcode| Wc {
-                wr_id,
-                status: WcStatus::WrFlush,
-                opcode,
-                vendor_err: 0,
-                byte_len: 0,
-                qp: qp.name(),
-                imm: None,
-                invalidated: None,
-                src_qp: qp.id,
-                network: None,
-            };
-            if core::ptr::eq(&*qp.send_cq, cq) {
-                while !out.is_full() {
-                    let Some((e, _)) = qp.sq_pop_oldest() else {
-                        break;
-                    };
-                    out.push(flushed(e.wr_id, e.opcode));
-                }
-            }
-            if core::ptr::eq(&*qp.recv_cq, cq) {
-                while !out.is_full() {
-                    let Some((wr_id, _)) = qp.rq_pop_oldest() else {
-                        break;
-                    };
-                    out.push(flushed(wr_id, WcOpcode::Recv));
-                }
-            }
         }
+    }
+
+    /// The kernel QPs that report to `cq`, each with whether its sends and its receives do.
+    fn kernel_qps_on<'c>(
+        &'c self,
+        cq: &'c KCq,
+    ) -> impl Iterator<Item = (Arc<KQp>, bool, bool)> + 'c {
+        (0..hw::MAX_QP as usize).filter_map(move |id| {
+            let qp = self.tables.lock().kqp(id)?;
+            let sends = core::ptr::eq(&*qp.send_cq, cq);
+            let recvs = core::ptr::eq(&*qp.recv_cq, cq);
+            (sends || recvs).then_some((qp, sends, recvs))
+        })
     }
 
     /// Raises `cq`'s completion event if its consumer armed it: for work a dead device
@@ -314,12 +309,8 @@ impl IbData<'_> {
 
     /// Whether kernel QPs reporting to `cq` have work a dead device will flush.
     fn dead_cq_has_work(&self, cq: &KCq) -> bool {
-        (0..hw::MAX_QP as usize).any(|id| {
-            self.tables.lock().kqp(id).is_some_and(|qp| {
-                (core::ptr::eq(&*qp.send_cq, cq) && qp.sq_has_work())
-                    || (core::ptr::eq(&*qp.recv_cq, cq) && qp.rq_has_work())
-            })
-        })
+        self.kernel_qps_on(cq)
+            .any(|(qp, sends, recvs)| (sends && qp.sq_has_work()) || (recvs && qp.rq_has_work()))
     }
 
     /// Turns one CQE into at most one completion.
@@ -331,17 +322,8 @@ impl IbData<'_> {
             return Ok(Step::Consume);
         };
         // What every completion of this QP without receive details carries.
-        let plain = |wr_id, status, opcode, vendor_err, byte_len| Wc {
-            wr_id,
-            status,
-            opcode,
-            vendor_err,
-            byte_len,
-            qp: qp.name(),
-            imm: None,
-            invalidated: None,
-            src_qp: qp.id,
-            network: None,
+        let plain = |wr_id, status, opcode, vendor_err, byte_len| {
+            qp.wc(wr_id, status, opcode, vendor_err, byte_len)
         };
         if c.info.error {
             let status = kwqe::error_status(c.info.major, c.info.minor);

@@ -18,7 +18,10 @@ use crate::{
 };
 use kernel::{
     dma::Coherent,
-    infiniband::{NewQp, QpEvents, QpInitAttr, QpRef, QpType, RecvWrs, SendOp, SendWr, SendWrs},
+    infiniband::{
+        NewQp, QpEvents, QpInitAttr, QpRef, QpType, RecvWrs, SendOp, SendWr, SendWrs, Wc, WcOpcode,
+        WcStatus,
+    },
     io::{io_write, Io},
     new_spinlock_irq,
     prelude::*,
@@ -71,11 +74,6 @@ pub(crate) struct KQp {
 }
 
 impl KQp {
-    /// The QP as completions name it.
-    pub(crate) fn name(&self) -> QpRef {
-        self.name
-    }
-
     /// Whether this is a datagram (UD or GSI) QP.
     pub(crate) fn is_ud(&self) -> bool {
         self.ud
@@ -90,6 +88,29 @@ impl KQp {
     /// remain.
     pub(crate) fn sq_pop_oldest(&self) -> Option<(SqEntry, bool)> {
         self.sq.lock().track.pop_oldest()
+    }
+
+    /// A completion of this QP without receive details (sends, errors, flushes).
+    pub(crate) fn wc(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        vendor_err: u32,
+        byte_len: u32,
+    ) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            qp: self.name,
+            imm: None,
+            invalidated: None,
+            src_qp: self.id,
+            network: None,
+        }
     }
 
     /// Whether send WQEs are outstanding.
