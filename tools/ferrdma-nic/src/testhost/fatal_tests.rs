@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// A SEND from A to B that must complete on both sides (the engine is alive).
-fn send_passes(r: &mut Rig) {
+/// Posts a 64-byte receive on B and a signaled 64-byte SEND on A, and rings A's doorbell.
+fn post_send_to_b(r: &mut Rig) {
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
     r.h.send(
         &mut r.a,
@@ -15,6 +15,11 @@ fn send_passes(r: &mut Rig) {
             ..Default::default()
         },
     );
+}
+
+/// A SEND from A to B that must complete on both sides (the engine is alive).
+fn send_passes(r: &mut Rig) {
+    post_send_to_b(r);
     let a = r.h.poll_cq(&mut r.cq_a);
     let b = r.h.poll_cq(&mut r.cq_b);
     assert_eq!((a.len(), b.len()), (1, 1));
@@ -58,16 +63,7 @@ fn a_requested_fatal_error_stops_the_engine_until_reset() {
             .expect("a fatal engine still answers its admin queue");
     assert_eq!(c.status, admin_status::FATAL);
     // Doorbells and frames are dropped: no completion, no receive.
-    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 64)],
-            ..Default::default()
-        },
-    );
+    post_send_to_b(&mut r);
     r.h.dev().tick();
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
     assert!(r.h.poll_cq(&mut r.cq_b).is_empty());

@@ -519,6 +519,23 @@ removal_holder_finish() {
 	grep -q 'removal-holder: PASS' /tmp/removal-holder.out || fail "removal-holder did not pass after $1"
 }
 
+# wait_recovery COUNT SECONDS: waits (at most SECONDS) until the driver's reset of a failed
+# device by re-probing (rust/kernel/infiniband/recovery.rs) has ended COUNT times in all, and
+# prints how the last one ended: "the function is bound again", "no driver took the function"
+# or "probing the function failed (ERRNO)". On timeout, shows the driver's lines and fails.
+RECOVERY_OUTCOME_RE='recovery: (the function is bound again|no driver took the function|probing the function failed.*)$'
+wait_recovery() {
+	local want=$1 end=$((SECONDS + $2))
+	while [ "$(dmesg | grep -cE "$RECOVERY_OUTCOME_RE" || true)" -lt "$want" ]; do
+		[ "$SECONDS" -lt "$end" ] || {
+			dmesg | grep -iE 'ferrdma|recover|nvme' | tail -30 >&2
+			fail "no ${want}th recovery outcome within $2 s"
+		}
+		nap 0.2
+	done
+	dmesg | grep -oE "$RECOVERY_OUTCOME_RE" | tail -1 | sed 's/^recovery: //'
+}
+
 # fabric_pci NODE unplug|plug: hot-unplugs node NODE's ferrdma function (QMP device_del; the
 # guest's ACPI hotplug removes it, the driver's remove runs) or plugs it in again (device_add on
 # the same PCIe root port; the NIC serves it as a new client on a reset device). Only in tests

@@ -50,12 +50,8 @@ dead=$(dmesg | grep -c 'admin queue: a command timed out; resetting the device' 
 [ "$dead" = 1 ] || fail "expected one 'a command timed out; resetting the device' line, got $dead"
 
 # The reset: a removal, then a probe that the silent admin queue fails.
-end=$((SECONDS + 30))
-until dmesg | has_line 'recovery: (no driver took the function|probing the function failed|the function is bound again)'; do
-	[ "$SECONDS" -lt "$end" ] || { dmesg | grep -iE 'ferrdma|recover' | tail -20; fail "no recovery outcome within 30 s of the device's death"; }
-	nap 0.2
-done
-note "recovery: $(dmesg | sed -n 's/.*recovery: //p' | tail -1)"
+outcome=$(wait_recovery 1 30)
+note "recovery: $outcome"
 ! dmesg | has_line 'recovery: the function is bound again' \
 	|| fail "the function was bound again although its admin queue still does not answer"
 [ ! -e /sys/class/infiniband/ferrdma0 ] || fail "ferrdma0 exists although the re-probe should have failed"

@@ -54,14 +54,8 @@ note "writers running ($(grep -c ': pass' /tmp/nvmeof-writers.log) passes of 4 M
 
 t0=$(uptime_cs)
 fabric_ctl sabotage nic:0 fatal > /dev/null
-end=$((SECONDS + 60))
-until dmesg | has_line 'recovery: the function is bound again'; do
-	[ "$SECONDS" -lt "$end" ] || {
-		dmesg | grep -iE 'ferrdma|recover|nvme' | tail -30
-		fail "the function was not re-probed within 60 s of the fatal error"
-	}
-	nap 0.2
-done
+outcome=$(wait_recovery 1 60)
+[ "$outcome" = "the function is bound again" ] || fail "the re-probe ended with: $outcome"
 wait_probe 2 > /dev/null
 wait_rocev2_gid ferrdma0
 note "ferrdma0 is back with a RoCE GID $(cs_seconds $(($(uptime_cs) - t0))) s after the injection"

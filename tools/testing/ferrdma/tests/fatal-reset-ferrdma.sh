@@ -80,14 +80,8 @@ for cycle in $(seq "$CYCLES"); do
 
 	t0=$(uptime_cs)
 	fabric_ctl sabotage nic:0 fatal > /dev/null
-	end=$((SECONDS + 60))
-	until [ "$(dmesg | grep -c 'recovery: the function is bound again' || true)" -ge "$cycle" ]; do
-		[ "$SECONDS" -lt "$end" ] || {
-			dmesg | grep -iE 'ferrdma|recover' | tail -20
-			fail "cycle $cycle: the function was not re-probed within 60 s of the fatal error"
-		}
-		nap 0.2
-	done
+	outcome=$(wait_recovery "$cycle" 60)
+	[ "$outcome" = "the function is bound again" ] || fail "cycle $cycle: the re-probe ended with: $outcome"
 	wait_probe $((cycle + 1)) > /dev/null
 	gid=$(wait_gid ferrdma0)
 	note "cycle $cycle: ferrdma0 is back with a RoCE GID $(cs_seconds $(($(uptime_cs) - t0))) s after the injection"

@@ -31,12 +31,8 @@ if timeout 60 ibv_rc_pingpong -d ferrdma0 -g "$gid" -n 1 > /tmp/pingpong.log 2>&
 	fail "ibv_rc_pingpong succeeded on a device whose NIC process is dead"
 fi
 note "a verbs program on the dead device failed as it should: $(grep -v '^\s*$' /tmp/pingpong.log | tail -1)"
-end=$((SECONDS + 60))
-until dmesg | has_line 'recovery: (no driver took the function|probing the function failed|the function is bound again)'; do
-	[ "$SECONDS" -lt "$end" ] || { dmesg | grep -iE 'ferrdma|recover' | tail -20; fail "no recovery outcome within 60 s"; }
-	nap 0.2
-done
-note "the driver found the device dead and tried to reset it in $(cs_seconds $(($(uptime_cs) - t0))) s: $(dmesg | sed -n 's/.*recovery: //p' | tail -1)"
+outcome=$(wait_recovery 1 60)
+note "the driver found the device dead and tried to reset it in $(cs_seconds $(($(uptime_cs) - t0))) s: $outcome"
 dmesg | has_line 'admin queue: a command timed out; resetting the device' \
 	|| fail "the driver did not report the dead device"
 dmesg | has_line 'unexpected device id 0xffffffff' \
