@@ -51,7 +51,9 @@ pub const VERSION_MAJOR: u16 = 1;
 /// 3: event tags ([`CreateCq::event_tag`], [`CreateQp::event_tag`], [`Eqe::tag`]).
 /// 4: the fatal state is announced ([`ae::DEVICE_FATAL`]) and admin commands fail in it
 ///    ([`admin_status::FATAL`]) instead of going unanswered.
-pub const VERSION_MINOR: u16 = 4;
+/// 5: CQ resize follows the consumer's ring switch ([`cq_shadow::SELECT_MASK`]) and refuses
+///    a ring too small for the unpolled CQEs; port counters ([`admin_op::QUERY_COUNTERS`]).
+pub const VERSION_MINOR: u16 = 5;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -494,6 +496,8 @@ pub mod admin_op {
     pub const DESTROY_AH: u8 = 0x12;
     /// [`super::AllocMr`]: an MR table entry for fast registration, initially invalid.
     pub const ALLOC_MR: u8 = 0x13;
+    /// [`super::QueryObject`] (`id` 0); writes a [`super::PortCounters`] (since 1.5).
+    pub const QUERY_COUNTERS: u8 = 0x14;
 }
 
 /// Admin completion status codes ([`AdminCompletion::status`]).
@@ -1240,6 +1244,83 @@ wire_struct! {
 /// [`QueryObject::id`] bit for QUERY_STATS: clear the counters after reading them.
 pub const STATS_CLEAR: u32 = 1 << 0;
 
+wire_struct! {
+    /// QUERY_COUNTERS output (since 1.5): the port's RoCEv2 counters, monotonic since the
+    /// engine was reset (software computes deltas; nothing clears them). Packets are the
+    /// frames the engine sends to and takes from the fabric; traffic between QPs of one
+    /// function is delivered inside the engine and counted in none of them.
+    pub struct PortCounters [256] {
+        /// RoCEv2 packets received over IPv4 (ICRC and every header valid).
+        pub ip4_rx_pkts: u64,
+        /// Their IP octets (IP header through ICRC).
+        pub ip4_rx_octets: u64,
+        /// RoCEv2 packets sent over IPv4.
+        pub ip4_tx_pkts: u64,
+        /// Their IP octets.
+        pub ip4_tx_octets: u64,
+        /// RoCEv2 packets received over IPv6.
+        pub ip6_rx_pkts: u64,
+        /// Their IP octets.
+        pub ip6_rx_octets: u64,
+        /// RoCEv2 packets sent over IPv6.
+        pub ip6_tx_pkts: u64,
+        /// Their IP octets.
+        pub ip6_tx_octets: u64,
+        /// Valid IPv4 RoCEv2 packets dropped: no such QP, wrong Q_Key or state, no receive
+        /// WQE for a UD SEND, an unsupported opcode.
+        pub ip4_rx_discards: u64,
+        /// Valid IPv6 RoCEv2 packets dropped, likewise.
+        pub ip6_rx_discards: u64,
+        /// UDP datagrams to port 4791 received (every frame the fabric steered here).
+        pub rx_udp: u64,
+        /// UDP datagrams sent (= RoCEv2 packets sent).
+        pub tx_udp: u64,
+        /// SEND requests received (first or only packet of a message).
+        pub rx_sends: u64,
+        /// RDMA WRITE requests received (first or only packet).
+        pub rx_writes: u64,
+        /// RDMA READ requests received.
+        pub rx_reads: u64,
+        /// SEND requests sent (first or only packet, retransmissions included).
+        pub tx_sends: u64,
+        /// RDMA WRITE requests sent (first or only packet, retransmissions included).
+        pub tx_writes: u64,
+        /// RDMA READ requests sent (retransmissions included).
+        pub tx_reads: u64,
+        /// RNR NAKs sent (a SEND found no receive WQE).
+        pub rnr_naks_sent: u64,
+        /// RNR NAKs received.
+        pub rnr_naks_rcvd: u64,
+        /// PSN sequence error NAKs received (the responder saw a gap).
+        pub seq_naks_rcvd: u64,
+        /// Requests received with a PSN beyond the expected one (out of sequence; answered
+        /// with a PSN sequence error NAK).
+        pub out_of_sequence: u64,
+        /// Requests received with a PSN already seen (duplicates: answered again, not
+        /// executed again).
+        pub duplicate_requests: u64,
+        /// Request packets sent again (go-back-N after a timeout or NAK).
+        pub retransmits: u64,
+        /// Local ACK timeouts (the retransmission timer expired).
+        pub local_ack_timeouts: u64,
+        /// Frames dropped for a bad ICRC.
+        pub icrc_errors: u64,
+        /// Frames dropped for a malformed or inconsistent header (Ethernet, IP, UDP, BTH or
+        /// extension headers, length).
+        pub header_errors: u64,
+        /// RoCEv2 packets received with ECN Congestion Experienced.
+        pub ecn_marked: u64,
+        /// Congestion notification packets sent.
+        pub cnps_sent: u64,
+        /// Congestion notification packets received and acted on.
+        pub cnps_handled: u64,
+        /// Congestion notification packets received and ignored.
+        pub cnps_ignored: u64,
+        /// Reserved, 0.
+        pub rsvd: u64,
+    }
+}
+
 // --------------------------------------------------------------------------------------------
 // Event queue entries (manual: "Event queues").
 // --------------------------------------------------------------------------------------------
@@ -1482,6 +1563,11 @@ pub mod cq_shadow {
     pub const ARM_NEXT_SE: u32 = 15;
     /// Arm word: arm sequence number, bits 17:16.
     pub const ARM_SEQ_LO: u32 = 16;
+    /// Arm word bits 13:0 (`SW_CQ_SELECT`): how many rings the consumer has retired after
+    /// resizes, modulo 2^14 (since 1.5). Until it equals the number of resizes the device
+    /// has made, the consumer index refers to an older ring, and the device takes the
+    /// consumer to be at index 0 of the current one.
+    pub const SELECT_MASK: u64 = 0x3fff;
 }
 
 /// Bytes of the GRH area at the start of every UD receive buffer.
@@ -1621,7 +1707,9 @@ pub const fn cqe_info(qw3: u64) -> CqeInfo {
 /// it, then write the CQ id to the CQ-arm doorbell.
 pub const fn cq_arm_word(prev: u64, solicited_only: bool) -> u64 {
     let seq = (bits(prev, cq_shadow::ARM_SEQ_LO + 1, cq_shadow::ARM_SEQ_LO) + 1) & 3;
-    let mut v = (prev & 0x3fff) | seq << cq_shadow::ARM_SEQ_LO | 1 << cq_shadow::ARM_NEXT_SE;
+    let mut v = (prev & cq_shadow::SELECT_MASK)
+        | seq << cq_shadow::ARM_SEQ_LO
+        | 1 << cq_shadow::ARM_NEXT_SE;
     if !solicited_only {
         v |= 1 << cq_shadow::ARM_NEXT;
     }

@@ -110,6 +110,7 @@ impl Engine {
             }
             admin_op::SET_PORT => self.set_port(env, &SetPort::decode(cmd)),
             admin_op::QUERY_STATS => self.query_stats(env, &QueryObject::decode(cmd)),
+            admin_op::QUERY_COUNTERS => self.query_counters(env, &QueryObject::decode(cmd)),
             admin_op::CREATE_AH => self.create_ah(&CreateAh::decode(cmd)),
             admin_op::DESTROY_AH => {
                 let id = QueryObject::decode(cmd).id;
@@ -254,6 +255,13 @@ impl Engine {
                 st::INVALID,
                 offset_of!(ModifyCq, shadow_addr),
             )?;
+            // As ibv_resize_cq promises: the new ring must be able to hold the CQEs the
+            // consumer has not polled (an unreadable consumer index is the CQ's problem,
+            // found at its next CQE).
+            if let Some(Some(cq)) = self.cqs.get(c.cq_id as usize) {
+                let unpolled = cq.unpolled(env.mem).ok().flatten().unwrap_or(0);
+                check(unpolled < c.size, st::INVALID, offset_of!(ModifyCq, size))?;
+            }
             Some(ring(
                 env,
                 &c.ring,
@@ -269,10 +277,7 @@ impl Engine {
                 cq.eq_id = c.eq_id;
             }
             if let Some(r) = new_ring {
-                cq.resize(r);
-                if c.shadow_addr != 0 {
-                    cq.shadow = c.shadow_addr;
-                }
+                cq.resize(r, (c.shadow_addr != 0).then_some(c.shadow_addr));
             }
         }
         Ok(0)
@@ -762,6 +767,12 @@ impl Engine {
         if q.id & STATS_CLEAR != 0 {
             self.stats = Stats::default();
         }
+        Ok(0)
+    }
+
+    fn query_counters(&mut self, env: &Env<'_>, q: &QueryObject) -> CmdResult {
+        check(q.id == 0, st::INVALID, offset_of!(QueryObject, id))?;
+        write_out(env, q, &self.counters.encode())?;
         Ok(0)
     }
 

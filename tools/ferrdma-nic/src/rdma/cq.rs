@@ -14,6 +14,13 @@
 //! consumer index again, and raises the event only if the CQEs the arm found are still
 //! unpolled (the consumer is asleep). A new CQE that satisfies the arm fires as usual. A
 //! spurious wakeup is still allowed (a consumer that takes longer to poll); a lost one is not.
+//!
+//! A resize (MODIFY_CQ) switches the device to a new ring at once, while the consumer still
+//! polls the old ring's last CQEs and stores *their* indices as the consumer index. It
+//! counts the rings it has retired in the arm word's `SW_CQ_SELECT`; until that count
+//! matches the device's resizes the consumer has polled nothing of the current ring, so the
+//! device takes its index there to be 0 (exact: the current ring cannot have wrapped
+//! without overflowing first).
 
 use crate::dma::{DmaError, GuestMemory};
 use crate::interface::{ae, bits, cq_shadow, cqe, CQE_SIZE};
@@ -85,6 +92,8 @@ pub struct Cq {
     last_solicited: Option<u32>,
     /// An arm found CQEs it covers unpolled: whether to raise the event is decided later.
     check: Option<ArmCheck>,
+    /// Resizes made, modulo 2^14 (compared with the consumer's `SW_CQ_SELECT`).
+    resizes: u64,
     pub stopped: bool,
 }
 
@@ -111,6 +120,7 @@ impl Cq {
             last_seq: 0,
             last_solicited: None,
             check: None,
+            resizes: 0,
             stopped: false,
         }
     }
@@ -126,13 +136,27 @@ impl Cq {
             })
     }
 
-    /// Switches to a new ring (resize): index 0, polarity 1.
-    pub fn resize(&mut self, ring: Ring) {
+    /// Switches to a new ring (resize): index 0, polarity 1. CQEs already written stay in
+    /// the old ring for the consumer to poll. With a new shadow area (`Some`), the consumer
+    /// index and `SW_CQ_SELECT` there belong to the new ring alone.
+    pub fn resize(&mut self, ring: Ring, shadow: Option<u64>) {
         self.ring = ring;
         self.tail = 0;
         self.polarity = true;
         self.last_solicited = None;
         self.check = None;
+        self.resizes = (self.resizes + 1) & cq_shadow::SELECT_MASK;
+        if let Some(s) = shadow {
+            self.shadow = s;
+            self.resizes = 0;
+        }
+    }
+
+    /// CQEs of the current ring the consumer has not polled, or `None` if its consumer
+    /// index is unusable. A resize to a ring of `entries` must leave room for them.
+    pub fn unpolled(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
+        let size = self.ring.entries();
+        Ok(self.head(mem)?.map(|head| (self.tail + size - head) % size))
     }
 
     /// Ring size.
@@ -220,8 +244,15 @@ impl Cq {
         due
     }
 
-    /// The consumer index from the shadow area, or `None` if it is out of range.
+    /// The consumer index on the current ring, from the shadow area, or `None` if it is out
+    /// of range. 0 while the consumer still drains a ring from before a resize (see the
+    /// module comment).
     fn head(&self, mem: &dyn GuestMemory) -> Result<Option<u32>, DmaError> {
+        let mut w = [0u8; 8];
+        mem.read(self.shadow_word(cq_shadow::ARM_OFFSET)?, &mut w)?;
+        if u64::from_le_bytes(w) & cq_shadow::SELECT_MASK != self.resizes {
+            return Ok(Some(0));
+        }
         let mut h = [0u8; 8];
         mem.read(self.shadow_word(cq_shadow::HEAD_OFFSET)?, &mut h)?;
         let head = (u64::from_le_bytes(h) & cq_shadow::HEAD_MASK) as u32;

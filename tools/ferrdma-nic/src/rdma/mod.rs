@@ -8,6 +8,7 @@
 mod admin;
 pub mod caps;
 mod commands;
+mod counters;
 pub mod cq;
 pub mod eq;
 mod exec;
@@ -29,8 +30,8 @@ use std::sync::Arc;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
-    eqe_kind, Eqe, QpAttrs, Stats, DB_BAR_SIZE, DB_CQ_ARM_OFFSET, DB_PAGE_SIZE, DB_SQ_OFFSET,
-    DB_SQ_QP_MASK, DEV_CTRL_RESET, DEV_STATUS_FATAL, DEV_STATUS_READY, EQ_KIND_AEQ,
+    eqe_kind, Eqe, PortCounters, QpAttrs, Stats, DB_BAR_SIZE, DB_CQ_ARM_OFFSET, DB_PAGE_SIZE,
+    DB_SQ_OFFSET, DB_SQ_QP_MASK, DEV_CTRL_RESET, DEV_STATUS_FATAL, DEV_STATUS_READY, EQ_KIND_AEQ,
     FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP, REG_DEV_CTRL,
     REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
 };
@@ -90,6 +91,8 @@ pub struct Engine {
     gids: Vec<Option<Gid>>,
     port: Port,
     stats: Stats,
+    /// The port's RoCEv2 counters (QUERY_COUNTERS), monotonic since the reset.
+    counters: PortCounters,
     /// Frames for the fabric (bounded by `transport::MAX_OUTBOX`).
     outbox: VecDeque<Vec<u8>>,
     /// IPv4 identification of the next frame.
@@ -129,6 +132,7 @@ impl Engine {
                 mtu: 5,
             },
             stats: Stats::default(),
+            counters: PortCounters::default(),
             outbox: VecDeque::new(),
             ip_id: 0,
             caps_plan: None,

@@ -118,6 +118,7 @@ impl Engine {
         let frame = build(&h, payload)?;
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += payload.len() as u64;
+        self.count_tx(v4, vlan.is_some(), frame.len(), bth.opcode);
         self.outbox.push_back(frame);
         Ok(())
     }

@@ -247,6 +247,7 @@ impl Engine {
             first_psn,
             npkts,
             sent: 0,
+            high: 0,
             acked: 0,
         });
         self.pump_qp(env, qp_id);
@@ -297,9 +298,16 @@ impl Engine {
                 }
             }
             let Some(qp) = self.qp_mut(qp_id) else { return };
+            let mut resent = false;
             if let Some(p) = qp.req.pending.get_mut(i) {
+                resent = p.sent < p.high;
                 p.sent += covers;
+                p.high = p.high.max(p.sent);
             }
+            if resent {
+                self.count_retransmit();
+            }
+            let Some(qp) = self.qp_mut(qp_id) else { return };
             if qp.req.deadline.is_none() {
                 qp.req.deadline = ack_timeout_us(qp.attrs.timeout).map(|t| env.now_us + t);
             }
@@ -463,6 +471,7 @@ impl Engine {
                 self.ack_upto(env, qp_id, psn);
             }
             Syndrome::RnrNak { timer } => {
+                self.count_rnr_nak_rcvd();
                 self.ack_upto(env, qp_id, before);
                 if self.oldest_unacked(qp_id) != Some(psn) {
                     return;
@@ -484,6 +493,7 @@ impl Engine {
                 self.rewind(qp_id, psn);
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.count_seq_nak_rcvd();
                 self.ack_upto(env, qp_id, before);
                 let Some(qp) = self.qp_mut(qp_id) else { return };
                 if qp.req.resent_at != Some(psn) {
@@ -612,6 +622,7 @@ impl Engine {
     }
 
     fn retransmit_timeout(&mut self, env: &Env<'_>, qp_id: u32) {
+        self.count_ack_timeout();
         let Some(qp) = self.qp_mut(qp_id) else { return };
         qp.req.retries += 1;
         if qp.req.retries > u32::from(qp.attrs.retry_cnt) {

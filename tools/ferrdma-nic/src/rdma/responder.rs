@@ -58,11 +58,15 @@ impl Engine {
             Err(e) => {
                 log::debug!("dropping a frame: {e}");
                 self.stats.rx_drops += 1;
+                self.count_rx_error(&e);
                 return;
             }
         };
         let h = parsed.headers;
         let payload = parsed.payload;
+        let ipv4 = self.count_rx(&h.ip, h.eth.vlan.is_some(), frame.len(), h.bth.opcode);
+        // Every drop of a valid frame below counts in rx_drops: one more is a discard.
+        let drops = self.stats.rx_drops;
         match h.bth.opcode {
             op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => self.rx_ud(env, &h, payload),
             op::RC_ACK
@@ -73,10 +77,14 @@ impl Engine {
             op::RC_SEND_FIRST..=op::RC_READ_REQUEST
             | op::RC_SEND_LAST_INV
             | op::RC_SEND_ONLY_INV => self.rx_request(env, &h, payload),
+            op::CNP => {}
             o => {
                 log::debug!("dropping opcode {o:#x} (not supported)");
                 self.stats.rx_drops += 1;
             }
+        }
+        if self.stats.rx_drops != drops {
+            self.count_rx_discard(ipv4);
         }
     }
 
@@ -91,6 +99,9 @@ impl Engine {
             }),
             ..Default::default()
         };
+        if matches!(syndrome, Syndrome::RnrNak { .. }) {
+            self.count_rnr_nak_sent();
+        }
         if let Err(e) = self.transmit(&attrs, bth(op::RC_ACK, attrs.dest_qpn, psn), ext, &[]) {
             // A lost ACK is recovered by the requester's timer.
             log::debug!("QP {qpn}: ACK not sent: {e}");
@@ -111,7 +122,9 @@ impl Engine {
         let d = psn_diff(h.bth.psn, epsn);
         if d > 0 {
             // A gap: one NAK per expected PSN, the requester goes back to it.
-            if !qp.resp.nak_sent {
+            let nak_sent = qp.resp.nak_sent;
+            self.count_out_of_sequence();
+            if !nak_sent {
                 if let Some(q) = self.qp_mut(qpn) {
                     q.resp.nak_sent = true;
                 }
@@ -122,6 +135,7 @@ impl Engine {
         }
         if d < 0 {
             // A duplicate: READs are answered again, everything else re-acknowledged.
+            self.count_duplicate();
             if h.bth.opcode == op::RC_READ_REQUEST {
                 self.duplicate_read(env, qpn, h);
             } else if h.bth.ack_req {

@@ -116,6 +116,8 @@ pub struct Pending {
     /// Packets emitted in the current pass (a READ: response packets requested); a
     /// retransmission lowers it.
     pub sent: u32,
+    /// The most packets `sent` has reached: emitting below it is a retransmission.
+    pub high: u32,
     /// Packets acknowledged (a READ: responses received in order).
     pub acked: u32,
 }

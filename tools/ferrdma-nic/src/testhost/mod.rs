@@ -7,6 +7,8 @@
 #![allow(dead_code)]
 
 mod admin_tests;
+mod cm_path_tests;
+mod cq_resize_tests;
 mod datapath_tests;
 mod error_tests;
 mod event_tests;
@@ -14,7 +16,7 @@ mod fastreg_tests;
 mod fatal_tests;
 mod fuzz;
 mod local_dma_tests;
-mod more_tests;
+mod protection_tests;
 mod qkey_tests;
 pub(crate) mod vfio_client;
 mod vfio_hostile_tests;
@@ -1029,6 +1031,10 @@ impl Host {
 
     pub fn stats(&mut self) -> Stats {
         Stats::decode(&self.query(admin_op::QUERY_STATS, 0))
+    }
+
+    pub fn counters(&mut self) -> PortCounters {
+        PortCounters::decode(&self.query(admin_op::QUERY_COUNTERS, 0))
     }
 
     pub fn query_qp(&mut self, id: u32) -> QpQueryOut {

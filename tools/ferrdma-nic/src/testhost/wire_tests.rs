@@ -1849,6 +1849,100 @@ fn counters_count_packets_and_messages() {
     assert_eq!(net.frames, 18);
 }
 
+/// Port counters (QUERY_COUNTERS): packets and IP octets per direction and IP version,
+/// requests by kind; then a WRITE whose second packet is lost: the responder counts the
+/// packets after the gap as out of sequence (and drops them), the requester the sequence NAK
+/// and the packets it sends again.
+#[test]
+fn port_counters_follow_traffic_and_loss() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let (a0, b0) = (net.a.h.counters(), net.b.h.counters());
+    transfer(&mut net, Op::Write, 5000, 1);
+    transfer(&mut net, Op::Send, 100, 2);
+    transfer(&mut net, Op::Read, 3000, 3);
+    let (a1, b1) = (net.a.h.counters(), net.b.h.counters());
+    let d = |x: u64, y: u64| x - y;
+    // 1024-byte MTU: 5 WRITE packets, a SEND and a READ request; two ACKs and 3 responses.
+    assert_eq!(d(a1.ip4_tx_pkts, a0.ip4_tx_pkts), 7);
+    assert_eq!(d(b1.ip4_rx_pkts, b0.ip4_rx_pkts), 7);
+    assert_eq!(d(b1.ip4_tx_pkts, b0.ip4_tx_pkts), 5);
+    assert_eq!(d(a1.ip4_rx_pkts, a0.ip4_rx_pkts), 5);
+    assert_eq!(d(a1.tx_udp, a0.tx_udp), 7);
+    assert_eq!(d(b1.rx_udp, b0.rx_udp), 7);
+    let sent = d(a1.ip4_tx_octets, a0.ip4_tx_octets);
+    assert_eq!(sent, d(b1.ip4_rx_octets, b0.ip4_rx_octets));
+    // Payload, and per packet IPv4 (20) + UDP (8) + BTH (12) + ICRC (4); RETH (16) twice.
+    assert_eq!(sent, 5100 + 7 * 44 + 2 * 16);
+    assert_eq!(
+        (
+            d(a1.tx_writes, a0.tx_writes),
+            d(a1.tx_sends, a0.tx_sends),
+            d(a1.tx_reads, a0.tx_reads)
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        (
+            d(b1.rx_writes, b0.rx_writes),
+            d(b1.rx_sends, b0.rx_sends),
+            d(b1.rx_reads, b0.rx_reads)
+        ),
+        (1, 1, 1)
+    );
+    for c in [a1, b1] {
+        assert_eq!(
+            (
+                c.ip6_tx_pkts,
+                c.ip6_rx_pkts,
+                c.ip4_rx_discards,
+                c.icrc_errors
+            ),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(
+            (c.retransmits, c.local_ack_timeouts, c.out_of_sequence),
+            (0, 0, 0)
+        );
+    }
+
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 5000)],
+        hdr_low: net.b.dst.stag,
+        qw2: net.b.dst.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    let frames = net.a.h.dev().take_tx();
+    assert_eq!(frames.len(), 5);
+    for (i, f) in frames.iter().enumerate() {
+        if i != 1 {
+            net.b.h.dev().rx_frame(f);
+        }
+    }
+    let (sc, _) = net.complete(false);
+    assert_eq!(sc[0].error(), None);
+    let (a2, b2) = (net.a.h.counters(), net.b.h.counters());
+    assert_eq!(d(b2.out_of_sequence, b1.out_of_sequence), 3);
+    assert_eq!(d(b2.ip4_rx_discards, b1.ip4_rx_discards), 3);
+    assert_eq!(d(a2.seq_naks_rcvd, a1.seq_naks_rcvd), 1);
+    assert_eq!(d(a2.retransmits, a1.retransmits), 4, "packets 2 to 5 again");
+    assert_eq!(
+        d(a2.tx_writes, a1.tx_writes),
+        1,
+        "the first packet went once"
+    );
+    // A frame with a broken ICRC and one that is not RoCEv2 at all.
+    let mut bad = frames[0].clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0xff;
+    net.b.h.dev().rx_frame(&bad);
+    net.b.h.dev().rx_frame(&bad[..30]);
+    let b3 = net.b.h.counters();
+    assert_eq!((b3.icrc_errors, b3.header_errors), (1, 1));
+}
+
 /// A receive whose buffer the responder may not write: the requester gets REM_OP, the
 /// responder a protection error on its receive and QP_LOCAL_ACCESS.
 #[test]
