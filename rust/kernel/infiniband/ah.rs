@@ -54,6 +54,32 @@ pub(crate) unsafe extern "C" fn create_ah<T: Driver>(
     })
 }
 
+/// `query_ah` (`rdma_query_ah`; ib_mad matches responses to requests with it): the AV the
+/// driver returns.
+///
+/// # Safety
+///
+/// Called by ib_core for a live AH `create_ah` initialised, with a valid `ah_attr`.
+pub(crate) unsafe extern "C" fn query_ah<T: Driver>(
+    ah: *mut bindings::ib_ah,
+    ah_attr: *mut bindings::rdma_ah_attr,
+) -> c_int {
+    crate::error::from_result(|| {
+        // SAFETY: The AH is live and initialised (function contract).
+        let (dev, data) = unsafe {
+            (
+                Device::<T>::from_raw((*ah).device),
+                (*ah.cast::<AhObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: Called from an ib_core callback.
+        let av = unsafe { dev.with_data(|d| T::query_ah(d, data)) }?;
+        // SAFETY: `ah_attr` is valid and ours for the call (function contract).
+        av.write_to(unsafe { &mut *ah_attr });
+        Ok(0)
+    })
+}
+
 /// `destroy_ah`.
 ///
 /// # Safety

@@ -56,6 +56,38 @@ impl Mtu {
     }
 }
 
+/// A firmware version, shown as `major.minor` in sysfs `fw_ver`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FwVersion {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+/// `IB_FW_VERSION_NAME_MAX` (`ETHTOOL_FWVERS_LEN`): the room ib_core gives `get_dev_fw_str`.
+pub(crate) const IB_FW_VERSION_NAME_MAX: usize = 32;
+
+impl FwVersion {
+    /// Writes `major.minor`, NUL-terminated, into `out` (truncation cannot happen: two `u32`s
+    /// and a dot take at most 22 bytes of the 32).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kernel::infiniband::FwVersion;
+    /// let mut b = [0xffu8; 32];
+    /// FwVersion { major: 2, minor: 15 }.write_str(&mut b);
+    /// assert_eq!(&b[..5], b"2.15\0");
+    /// ```
+    pub fn write_str(&self, out: &mut [u8]) {
+        use core::fmt::Write;
+        if let Some(mut f) = crate::str::NullTerminatedFormatter::new(out) {
+            let _ = write!(f, "{}.{}", self.major, self.minor);
+        }
+    }
+}
+
 /// Device capabilities reported by `query_device`. Fields left at zero report "none".
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DeviceAttr {

@@ -121,6 +121,26 @@ impl Av {
     }
 }
 
+impl Av {
+    /// Writes this AV into `attr` as `rdma_query_ah` returns it: a RoCE AV on port 1 with a
+    /// GRH (destination GID, source GID index, hop limit, traffic class, flow label) and
+    /// the destination MAC. The source GID attribute stays unset (ib_core cleared it).
+    pub(crate) fn write_to(&self, attr: &mut bindings::rdma_ah_attr) {
+        attr.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        attr.port_num = 1;
+        attr.sl = 0;
+        attr.static_rate = 0;
+        attr.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
+        attr.grh.dgid.raw = self.dgid;
+        attr.grh.sgid_index = self.sgid_index;
+        attr.grh.hop_limit = self.hop_limit;
+        attr.grh.traffic_class = self.traffic_class;
+        attr.grh.flow_label = self.flow_label;
+        attr.grh.sgid_attr = core::ptr::null();
+        attr.__bindgen_anon_1.roce.dmac = self.dmac;
+    }
+}
+
 #[macros::kunit_tests(rust_infiniband_av)]
 mod tests {
     use super::*;

@@ -163,6 +163,34 @@ pub(crate) unsafe extern "C" fn destroy_cq<T: Driver>(
     0
 }
 
+/// `resize_user_cq`: the driver's new capacity becomes `ib_cq.cqe`, which uverbs reports.
+///
+/// # Safety
+///
+/// Called by ib_core for a live CQ of driver `T` that `create_cq` initialised, with the
+/// driver udata of the uverbs command.
+pub(crate) unsafe extern "C" fn resize_user_cq<T: Driver>(
+    cq: *mut bindings::ib_cq,
+    cqe: u32,
+    udata: *mut bindings::ib_udata,
+) -> c_int {
+    crate::error::from_result(|| {
+        // SAFETY: The CQ is live and initialised (function contract).
+        let (dev, data) = unsafe { (Device::<T>::from_raw((*cq).device), cq_data::<T>(cq)) };
+        // SAFETY: A uverbs command on a device of driver `T`.
+        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EINVAL)?;
+        // SAFETY: As above; nothing else accesses the udata during the call.
+        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+        // SAFETY: Called from an ib_core callback.
+        let new = unsafe { dev.with_data(|d| T::resize_user_cq(d, ctx, data, cqe, &mut ud)) }?;
+        let new = c_int::try_from(new).map_err(|_| EINVAL)?;
+        // SAFETY: `cq` is live. Concurrent resizes of the CQ may store here too: a volatile
+        // store of a whole `int` (WRITE_ONCE) each, the last one wins, as in C drivers.
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*cq).cqe), new) };
+        Ok(0)
+    })
+}
+
 /// What a destroy callback does with the object after the driver's answer.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum DestroyOutcome {

@@ -6,6 +6,7 @@ use super::{
     ah::{self, AhObject},
     attr,
     cq::{self, CqObject},
+    hw_stats,
     irq::{Interrupts, Vectors},
     mr,
     netdev::NetdevBinding,
@@ -17,7 +18,7 @@ use super::{
 use crate::{
     bindings, device,
     error::{from_result, to_result},
-    ffi::c_int,
+    ffi::{c_char, c_int},
     prelude::*,
     str::CStrExt,
     types::Opaque,
@@ -292,6 +293,11 @@ impl<T: Driver> VTable<T> {
         driver_id: T::DRIVER_ID as u32,
         uverbs_abi_ver: T::UVERBS_ABI_VER,
         query_device: Some(Self::query_device),
+        get_dev_fw_str: if T::HAS_FW_VERSION {
+            Some(Self::get_dev_fw_str)
+        } else {
+            None
+        },
         query_port: Some(Self::query_port),
         get_port_immutable: Some(Self::get_port_immutable),
         get_link_layer: Some(Self::get_link_layer),
@@ -322,6 +328,11 @@ impl<T: Driver> VTable<T> {
         },
         destroy_cq: if T::HAS_DESTROY_CQ {
             Some(cq::destroy_cq::<T>)
+        } else {
+            None
+        },
+        resize_user_cq: if T::HAS_RESIZE_USER_CQ {
+            Some(cq::resize_user_cq::<T>)
         } else {
             None
         },
@@ -358,6 +369,21 @@ impl<T: Driver> VTable<T> {
         },
         destroy_ah: if T::HAS_DESTROY_AH {
             Some(ah::destroy_ah::<T>)
+        } else {
+            None
+        },
+        alloc_hw_port_stats: if T::HAS_PORT_COUNTERS {
+            Some(hw_stats::alloc_hw_port_stats::<T>)
+        } else {
+            None
+        },
+        get_hw_stats: if T::HAS_PORT_COUNTERS {
+            Some(hw_stats::get_hw_stats::<T>)
+        } else {
+            None
+        },
+        query_ah: if T::HAS_QUERY_AH {
+            Some(ah::query_ah::<T>)
         } else {
             None
         },
@@ -404,6 +430,24 @@ impl<T: Driver> VTable<T> {
         // SAFETY: `ib_device_ops` is a table of integers and nullable pointers.
         ..unsafe { core::mem::zeroed() }
     };
+
+    /// # Safety
+    ///
+    /// Called by ib_core with a device of driver `T` and a buffer of
+    /// `IB_FW_VERSION_NAME_MAX` bytes.
+    unsafe extern "C" fn get_dev_fw_str(ib: *mut bindings::ib_device, out: *mut c_char) {
+        // SAFETY: `ib` belongs to a `Device<T>` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `out` is valid for writes of that many bytes and ours for the call.
+        let buf = unsafe {
+            core::slice::from_raw_parts_mut(out.cast::<u8>(), attr::IB_FW_VERSION_NAME_MAX)
+        };
+        // SAFETY: Called from an ib_core callback.
+        match unsafe { dev.with_data(|d| T::fw_version(d)) } {
+            Some(v) => v.write_str(buf),
+            None => buf[0] = 0,
+        }
+    }
 
     /// # Safety
     ///

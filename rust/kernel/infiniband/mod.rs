@@ -15,6 +15,7 @@ pub mod av;
 pub mod cq;
 pub mod device;
 pub mod events;
+pub mod hw_stats;
 pub mod irq;
 pub mod mr;
 mod netdev;
@@ -26,11 +27,12 @@ pub mod umem;
 pub mod wc;
 pub mod wr;
 
-pub use attr::{DeviceAttr, Mtu, RocePort};
+pub use attr::{DeviceAttr, FwVersion, Mtu, RocePort};
 pub use av::Av;
 pub use cq::{CqInitAttr, NewCq};
 pub use device::{Device, Registration, RegistrationParams};
 pub use events::{CqEvents, QpEvent, QpEvents};
+pub use hw_stats::StatDesc;
 pub use irq::Interrupts;
 pub use mr::{Access, AccessFlag, NewMr, UserMrRequest};
 pub use qp::{NewQp, QpAttr, QpAttrFlag, QpAttrMask, QpCap, QpInitAttr, QpQuery, QpState, QpType};
@@ -117,6 +119,27 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// Device capabilities (`query_device`).
     fn query_device(data: &Self::RegistrationData<'_>) -> DeviceAttr;
+
+    /// The names of the port's hardware counters (sysfs `ports/N/hw_counters`, `rdma
+    /// statistic`), in the order [`Driver::port_counters`] fills them. With none (the
+    /// default), the device has no counters.
+    const PORT_COUNTERS: &'static [StatDesc] = &[];
+
+    /// Reads the counters of port `port` into `values` (one per [`Driver::PORT_COUNTERS`]
+    /// entry; they must only grow, ib_core reports them as they are). Process context.
+    fn port_counters(
+        _data: &Self::RegistrationData<'_>,
+        _port: u32,
+        _values: &mut [u64],
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The firmware version sysfs `fw_ver` shows (`get_dev_fw_str`, as `major.minor`);
+    /// `None` leaves it empty.
+    fn fw_version(_data: &Self::RegistrationData<'_>) -> Option<FwVersion> {
+        None
+    }
 
     /// The static properties of RoCE port `port` (`query_port`); the state, speed and active
     /// MTU come from the bound network device.
@@ -210,6 +233,20 @@ pub trait Driver: Sized + Send + Sync + 'static {
         _attr: &CqInitAttr,
         _events: CqEvents,
     ) -> Result<NewCq<Self::Cq>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Resizes a user CQ to `cqe` entries as the consumer asked (`resize_user_cq`, from
+    /// `ibv_resize_cq`) and returns the capacity to report (`ib_cq.cqe`). Process context;
+    /// resizes of one CQ may run concurrently (uverbs holds the CQ shared), never against its
+    /// destroy. Linux 7.3 has no resize for kernel CQs.
+    fn resize_user_cq(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _cq: &Self::Cq,
+        _cqe: u32,
+        _udata: &mut UData<'_>,
+    ) -> Result<u32> {
         Err(EOPNOTSUPP)
     }
 
@@ -346,6 +383,12 @@ pub trait Driver: Sized + Send + Sync + 'static {
         _sleepable: bool,
         _udata: Option<&mut UData<'_>>,
     ) -> Result<Self::Ah> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The address vector of an address handle (`query_ah`, for `rdma_query_ah`). Any
+    /// context (ib_mad asks under a spinlock); must not sleep.
+    fn query_ah(_data: &Self::RegistrationData<'_>, _ah: &Self::Ah) -> Result<Av> {
         Err(EOPNOTSUPP)
     }
 
