@@ -13,6 +13,9 @@ pub(crate) const HW_REV_GEN_2: u8 = 2;
 pub(crate) const ALLOC_UCTX_USE_RAW_ATTR: u64 = 1 << 0;
 /// `irdma_alloc_ucontext_resp.comp_mask`: `min_hw_wq_size` is valid.
 pub(crate) const ALLOC_UCTX_MIN_HW_WQ_SIZE: u64 = 1 << 1;
+/// `feature_flags` bit 1, `IRDMA_FEATURE_CQ_RESIZE`: `ibv_resize_cq` works, and a CQ's
+/// shadow area is a registration of its own instead of the page after the ring.
+pub(crate) const FEATURE_CQ_RESIZE: u64 = 1 << 1;
 
 /// `struct irdma_alloc_ucontext_req` (16 bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,7 +115,8 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 pub(crate) const MEMREG_TYPE_MEM: u16 = 0;
 /// `irdma_mem_reg_req.reg_type`: the rings and shadow area of a QP being created.
 pub(crate) const MEMREG_TYPE_QP: u16 = 1;
-/// `irdma_mem_reg_req.reg_type`: the ring (and shadow area) of a CQ being created.
+/// `irdma_mem_reg_req.reg_type`: the ring of a CQ being created or resized, or its shadow
+/// area (with [`FEATURE_CQ_RESIZE`] they are separate registrations).
 pub(crate) const MEMREG_TYPE_CQ: u16 = 2;
 
 /// `struct irdma_mem_reg_req` (8 bytes). For MEM registrations libirdma leaves the page
@@ -154,6 +158,22 @@ impl CreateCqReq {
         Self {
             user_cq_buf: le_u64(b, 0),
             user_shadow_area: le_u64(b, 8),
+        }
+    }
+}
+
+/// `struct irdma_resize_cq_req` (8 bytes): the new ring, registered as a CQ ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ResizeCqReq {
+    pub(crate) user_cq_buffer: u64,
+}
+
+impl ResizeCqReq {
+    pub(crate) const SIZE: usize = 8;
+
+    pub(crate) fn decode(b: &[u8; Self::SIZE]) -> Self {
+        Self {
+            user_cq_buffer: le_u64(b, 0),
         }
     }
 }
@@ -344,6 +364,8 @@ mod tests {
         assert_eq!(qp.user_compl_ctx, 0x40);
         let m = ModifyQpReq::decode(&[0, 1, 0, 0, 0, 0, 0, 0]);
         assert!(!m.sq_flush && m.rq_flush);
+        let r = ResizeCqReq::decode(&[0x00, 0x10, 0, 0, 0, 0, 0x7f, 0]);
+        assert_eq!(r.user_cq_buffer, 0x7f_0000_0000_1000);
     }
 
     #[test]

@@ -263,6 +263,12 @@ impl AdminQueue {
         Ok(hw::Caps::decode(&b))
     }
 
+    /// QUERY_COUNTERS: the port's RoCEv2 counters (interface 1.5).
+    pub(crate) fn query_counters(&mut self, bar: &Bar0<'_>) -> Result<hw::PortCounters> {
+        let b = self.query::<{ hw::PortCounters::SIZE }>(bar, hw::admin_op::QUERY_COUNTERS, 0)?;
+        Ok(hw::PortCounters::decode(&b))
+    }
+
     /// QUERY_QP: the device's view of a QP (its state may have moved to ERR on a fault).
     pub(crate) fn query_qp(&mut self, bar: &Bar0<'_>, id: u32) -> Result<hw::QpQueryOut> {
         let b = self.query::<{ hw::QpQueryOut::SIZE }>(bar, hw::admin_op::QUERY_QP, id)?;

@@ -18,12 +18,19 @@ use kernel::{
 /// An address handle.
 pub(crate) struct Ah {
     id: u32,
+    /// The address vector it was created with, for `rdma_query_ah`.
+    av: Av,
 }
 
 impl Ah {
     /// The device AH id UD WQEs name.
     pub(crate) fn id(&self) -> u32 {
         self.id
+    }
+
+    /// The address vector it was created with.
+    pub(crate) fn av(&self) -> Av {
+        self.av
     }
 }
 
@@ -63,7 +70,7 @@ impl IbData<'_> {
             self.ids.lock().ahs.free(id);
             return Err(e);
         }
-        Ok(Ah { id })
+        Ok(Ah { id, av: *av })
     }
 
     /// Destroys an AH; on a dead device it is only forgotten (an AH holds no memory the

@@ -4,7 +4,7 @@
 //! (`kcq`) have rings the driver owns.
 
 use crate::{
-    abi::{CreateCqReq, CreateCqResp},
+    abi::{CreateCqReq, CreateCqResp, ResizeCqReq},
     admin::header,
     event_tag::{EventTag, Published},
     graveyard::Remains,
@@ -17,16 +17,27 @@ use crate::{
 };
 use kernel::{
     infiniband::{CqEvents, CqInitAttr, Destroyed, NewCq, UData},
+    new_mutex,
     prelude::*,
-    sync::Arc,
+    sync::{Arc, Mutex},
 };
+
+/// The ring a user CQ's device writes.
+struct UserRing {
+    ring: Arc<RingReg>,
+    /// The page list the device reads the ring's pages from.
+    pages: PageList,
+}
 
 /// Where a CQ's ring lives.
 enum CqMem {
-    /// In a user registration, polled by libirdma.
+    /// In user registrations, polled by libirdma.
     User {
-        ring: Arc<RingReg>,
-        _pages: PageList,
+        /// A resize replaces it. uverbs runs resizes of one CQ concurrently (under a shared
+        /// lock of the CQ object), hence the mutex; destroy excludes them.
+        current: Pin<KBox<Mutex<UserRing>>>,
+        /// The shadow area, a registration of its own (irdma's CQ_RESIZE layout).
+        shadow: Arc<RingReg>,
     },
     /// In coherent memory the driver polls.
     Kernel(Arc<KCq>),
@@ -89,9 +100,27 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         let ring = self.claim_ring(ctx, req.user_cq_buf, false)?;
-        let made = self.create_cq_on(ctx, attr, &ring, &req, size);
+        let shadow = match self.claim_ring(ctx, req.user_shadow_area, false) {
+            Ok(s) => s,
+            Err(e) => {
+                ring.release();
+                return Err(e);
+            }
+        };
+        let made = self.ring_pages(&ring, size).and_then(|pages| {
+            crate::fault::step()?;
+            let current = KBox::pin_init(
+                new_mutex!(UserRing {
+                    ring: ring.clone(),
+                    pages,
+                }),
+                GFP_KERNEL,
+            )?;
+            let (id, tag) = self.create_cq_on(ctx, attr, &current.lock().pages, &shadow, size)?;
+            Ok((id, tag, current))
+        });
         match made {
-            Ok((id, tag, pages)) => {
+            Ok((id, tag, current)) => {
                 let resp = CreateCqResp {
                     cq_id: id,
                     cq_size: size,
@@ -99,6 +128,7 @@ impl IbData<'_> {
                 if let Err(e) = crate::fault::step().and_then(|()| udata.respond(&resp.encode())) {
                     self.destroy_cq_id(id);
                     ring.release();
+                    shadow.release();
                     return Err(e);
                 }
                 self.tables
@@ -107,29 +137,22 @@ impl IbData<'_> {
                 Ok(NewCq {
                     value: Cq {
                         id,
-                        mem: CqMem::User {
-                            ring,
-                            _pages: pages,
-                        },
+                        mem: CqMem::User { current, shadow },
                     },
                     cqe: size,
                 })
             }
             Err(e) => {
                 ring.release();
+                shadow.release();
                 Err(e)
             }
         }
     }
 
-    fn create_cq_on(
-        &self,
-        ctx: &UContext,
-        attr: &CqInitAttr,
-        ring: &RingReg,
-        req: &CreateCqReq,
-        size: u32,
-    ) -> Result<(u32, EventTag, PageList)> {
+    /// The page list of the first pages of CQ ring registration `ring` that hold `size`
+    /// CQEs; `EINVAL` if it is too short.
+    fn ring_pages(&self, ring: &RingReg, size: u32) -> Result<PageList> {
         let RingKind::Cq { cq_pages } = ring.kind else {
             return Err(EINVAL);
         };
@@ -137,14 +160,19 @@ impl IbData<'_> {
         if used > cq_pages {
             return Err(EINVAL);
         }
-        // Without CQ_RESIZE the shadow area follows the ring in the same buffer.
-        let shadow_va = ring.va() + u64::from(cq_pages) * hw::QUEUE_PAGE_SIZE;
-        if req.user_shadow_area != 0 && req.user_shadow_area != shadow_va {
-            return Err(EINVAL);
-        }
         crate::fault::step()?;
-        let pages = PageList::new(self.dev, ring.pages(0, used)?, hw::QUEUE_PAGE_SIZE)?;
-        crate::fault::step()?;
+        PageList::new(self.dev, ring.pages(0, used)?, hw::QUEUE_PAGE_SIZE)
+    }
+
+    fn create_cq_on(
+        &self,
+        ctx: &UContext,
+        attr: &CqInitAttr,
+        pages: &PageList,
+        shadow: &RingReg,
+        size: u32,
+    ) -> Result<(u32, EventTag)> {
+        let shadow_addr = shadow.page(0)?;
         let id = self
             .ids
             .lock()
@@ -157,7 +185,7 @@ impl IbData<'_> {
         cmd.size = size;
         cmd.eq_id = ceq_for_vector(attr.comp_vector, self.ceqs());
         cmd.db_page = ctx.db_page();
-        cmd.shadow_addr = ring.page(cq_pages)?;
+        cmd.shadow_addr = shadow_addr;
         cmd.ring = pages.descriptor();
         let tag = self.event_tags.next();
         cmd.event_tag = tag.raw();
@@ -165,7 +193,7 @@ impl IbData<'_> {
             self.ids.lock().cqs.free(id);
             return Err(e);
         }
-        Ok((id, tag, pages))
+        Ok((id, tag))
     }
 
     fn destroy_cq_id(&self, id: u32) {
@@ -191,11 +219,63 @@ impl IbData<'_> {
         // we return); after DESTROY_CQ the device writes nothing more for this id.
         self.tables.lock().set_cq(cq.id, None);
         self.ids.lock().cqs.free(cq.id);
-        // An abandoned CQ keeps a reference to its ring registration (and its pinned pages).
-        if let CqMem::User { ring, .. } = &cq.mem {
-            ring.release();
+        // An abandoned CQ keeps a reference to its ring registrations (and their pinned
+        // pages).
+        if let CqMem::User { current, shadow } = &cq.mem {
+            current.lock().ring.release();
+            shadow.release();
         }
         Ok(how)
+    }
+
+    /// `resize_cq` of a user CQ to a ring of `size` CQEs (libirdma's ring size). libirdma
+    /// registered the new ring (CQ type) and passes its address; the device switches to it
+    /// (MODIFY_CQ RESIZE) and writes every later CQE there, while libirdma polls the old
+    /// ring empty and then deregisters it, which giving it up here allows. The device
+    /// refuses (`EINVAL`) a ring too small for the CQEs not polled yet.
+    pub(crate) fn resize_user_cq(
+        &self,
+        ctx: &UContext,
+        cq: &Cq,
+        size: u32,
+        udata: &mut UData<'_>,
+    ) -> Result<u32> {
+        let CqMem::User { current, .. } = &cq.mem else {
+            return Err(EINVAL);
+        };
+        if udata.inlen() < ResizeCqReq::SIZE {
+            return Err(EINVAL);
+        }
+        let mut b = [0u8; ResizeCqReq::SIZE];
+        udata.read_in(&mut b)?;
+        let req = ResizeCqReq::decode(&b);
+        if size < hw::MIN_CQ_ENTRIES || size > self.caps.max_cq_entries.min(hw::MAX_CQ_ENTRIES) {
+            return Err(EINVAL);
+        }
+        let mut cur = current.lock();
+        let ring = self.claim_ring(ctx, req.user_cq_buffer, false)?;
+        let switched = self.ring_pages(&ring, size).and_then(|pages| {
+            let mut cmd = hw::ModifyCq::decode(&[0; hw::ModifyCq::SIZE]);
+            cmd.hdr = header(hw::admin_op::MODIFY_CQ);
+            cmd.cq_id = cq.id;
+            cmd.size = size;
+            cmd.flags = hw::MODIFY_CQ_RESIZE;
+            cmd.ring = pages.descriptor();
+            crate::fault::step()?;
+            self.admin(&cmd.encode())?;
+            Ok(pages)
+        });
+        match switched {
+            Ok(pages) => {
+                let old = core::mem::replace(&mut *cur, UserRing { ring, pages });
+                old.ring.release();
+                Ok(size)
+            }
+            Err(e) => {
+                ring.release();
+                Err(e)
+            }
+        }
     }
 }
 

@@ -69,9 +69,11 @@ impl pci::Driver for FerrdmaDriver {
         if !version.is_supported() {
             dev_err!(
                 pdev,
-                "unsupported interface version {}.{} (driver speaks {}.x)\n",
+                "unsupported interface version {}.{} (driver speaks {}.{} and later {}.x)\n",
                 version.major,
                 version.minor,
+                hw::VERSION_MAJOR,
+                Version::MIN_MINOR,
                 hw::VERSION_MAJOR
             );
             return Err(ENODEV);

@@ -23,9 +23,9 @@ use kernel::{
     device,
     infiniband::{
         self, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr,
-        DriverId, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents,
-        QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort, SendWrs, UContextInit, UData,
-        Umem, UserMrRequest, WcSink,
+        DriverId, FwVersion, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent,
+        QpEvents, QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort, SendWrs, StatDesc,
+        UContextInit, UData, Umem, UserMrRequest, WcSink,
     },
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
@@ -333,6 +333,11 @@ impl<'a> IbData<'a> {
         self.with_admin(|q, bar| q.query_qp(bar, id))
     }
 
+    /// The port's counters from the device (QUERY_COUNTERS).
+    pub(crate) fn query_port_counters(&self) -> Result<hw::PortCounters> {
+        self.with_admin(|q, bar| q.query_counters(bar))
+    }
+
     /// Runs `f` on the admin queue unless the device is in its fatal state (`EIO`), then
     /// notes whether the queue found the device dead.
     fn with_admin<R>(&self, f: impl FnOnce(&mut AdminQueue, &Bar0<'a>) -> Result<R>) -> Result<R> {
@@ -629,7 +634,7 @@ fn ucontext_resp(caps: &Caps, db_mmap_key: u64) -> AllocUcontextResp {
         max_qps: caps.max_qp,
         wq_size: caps.max_sq_quanta,
         kernel_ver: abi::IRDMA_ABI_VER as u8,
-        feature_flags: 0,
+        feature_flags: abi::FEATURE_CQ_RESIZE,
         db_mmap_key,
         max_hw_wq_frags: caps.max_sge.into(),
         max_hw_read_sges: caps.max_read_sge.into(),
@@ -686,6 +691,20 @@ impl infiniband::Driver for FerrdmaIb {
     const DRIVER_ID: DriverId = DriverId::Irdma;
     // The irdma user ABI version libirdma accepts (0..=5).
     const UVERBS_ABI_VER: u32 = 5;
+
+    const PORT_COUNTERS: &'static [StatDesc] = &crate::counters::PORT_COUNTERS;
+
+    fn port_counters(data: &IbData<'_>, _port: u32, values: &mut [u64]) -> Result {
+        let c = data.query_port_counters()?;
+        crate::counters::values(&c, values)
+    }
+
+    fn fw_version(data: &IbData<'_>) -> Option<FwVersion> {
+        Some(FwVersion {
+            major: (data.caps.fw_ver >> 32) as u32 & 0xffff,
+            minor: data.caps.fw_ver as u32 & 0xffff,
+        })
+    }
 
     fn query_device(data: &IbData<'_>) -> DeviceAttr {
         let c = &data.caps;
@@ -879,6 +898,16 @@ impl infiniband::Driver for FerrdmaIb {
         data.create_kernel_cq(attr, events)
     }
 
+    fn resize_user_cq(
+        data: &IbData<'_>,
+        ctx: &UContext,
+        cq: &Cq,
+        cqe: u32,
+        udata: &mut UData<'_>,
+    ) -> Result<u32> {
+        data.resize_user_cq(ctx, cq, cqe, udata)
+    }
+
     fn poll_cq(data: &IbData<'_>, cq: &Cq, out: &mut WcSink<'_>) -> Result {
         // User CQs are libirdma's to poll. ib_core keeps the legacy uverbs POLL_CQ command
         // away from us (it is not in uverbs_cmd_mask); refusing is the backstop.
@@ -979,6 +1008,10 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn destroy_ah(data: &IbData<'_>, ah: &Ah, _sleepable: bool) -> Result {
         data.destroy_ah(ah)
+    }
+
+    fn query_ah(_data: &IbData<'_>, ah: &Ah) -> Result<Av> {
+        Ok(ah.av())
     }
 }
 

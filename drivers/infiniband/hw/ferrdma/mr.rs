@@ -32,7 +32,7 @@ const RING_PAGE: u64 = hw::QUEUE_PAGE_SIZE;
 /// What a ring registration holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RingKind {
-    /// `[cq_pages of ring][shadow area]`.
+    /// `cq_pages` of CQ ring, or (`cq_pages` 1) a CQ's shadow area.
     Cq { cq_pages: u32 },
     /// `[sq_pages of SQ][rq_pages of RQ][shadow area]`.
     Qp { sq_pages: u32, rq_pages: u32 },
@@ -62,11 +62,6 @@ impl RingReg {
     /// Bus address of page `i`.
     pub(crate) fn page(&self, i: u32) -> Result<u64> {
         self.pages.get(i as usize).copied().ok_or(EINVAL)
-    }
-
-    /// The user address of the registration.
-    pub(crate) fn va(&self) -> u64 {
-        self.va
     }
 
     /// Gives the ring up after its QP or CQ is destroyed.
@@ -243,8 +238,10 @@ impl IbData<'_> {
         if req.start % RING_PAGE != 0 || req.iova != req.start {
             return Err(EINVAL);
         }
+        // With FEATURE_CQ_RESIZE a CQ ring has no shadow page after it: the shadow area is
+        // a registration of its own (one page).
         let need = match kind {
-            RingKind::Cq { cq_pages } => cq_pages + 1,
+            RingKind::Cq { cq_pages } => cq_pages,
             RingKind::Qp { sq_pages, rq_pages } => sq_pages + rq_pages + 1,
         };
         let n = umem.num_blocks(RING_PAGE);

@@ -39,9 +39,15 @@ impl Version {
         }
     }
 
-    /// Whether this driver can drive a device of this version: majors must match.
+    /// The oldest minor this driver drives: 1.5 brought what its CQ resize relies on (the
+    /// device follows the consumer's ring switch) and the port counters, which ib_core
+    /// reads at registration (an older device would fail it).
+    pub(crate) const MIN_MINOR: u16 = 5;
+
+    /// Whether this driver can drive a device of this version: majors must match, and the
+    /// minor be at least [`Version::MIN_MINOR`].
     pub(crate) const fn is_supported(self) -> bool {
-        self.major == hw::VERSION_MAJOR
+        self.major == hw::VERSION_MAJOR && self.minor >= Self::MIN_MINOR
     }
 
     /// Whether the device echoes event tags in its events (1.3 on).
@@ -190,10 +196,15 @@ mod tests {
     }
 
     #[test]
-    fn only_our_major_is_supported() {
+    fn our_major_from_the_oldest_minor_is_supported() {
         assert!(Version::decode(u32::from(hw::VERSION_MAJOR) << 16 | 7).is_supported());
         assert!(!Version::decode(u32::from(hw::VERSION_MAJOR + 1) << 16).is_supported());
         assert!(!Version::decode(0).is_supported());
+        assert!(!Version::decode(u32::from(hw::VERSION_MAJOR) << 16 | 4).is_supported());
+        assert!(
+            Version::decode(u32::from(hw::VERSION_MAJOR) << 16 | u32::from(hw::VERSION_MINOR))
+                .is_supported()
+        );
     }
 
     #[test]
