@@ -7,8 +7,8 @@
 # tunnel modules from the booted kernel's build tree), "ferrdma" the VM's ferrdma NIC. TEST is one of the verbs test programs
 # (progs/, built by progs/build.sh): "solicited" (solicited-events), "stress" (event-stress,
 # twice: a channel per thread, then one channel shared by all threads), "destroy"
-# (destroy-race), "errors" (error-events) or "async" (async-events, while the link goes down
-# and up). Around the run: kmemleak cleared, no verbs object of the test left behind, device
+# (destroy-race), "errors" (error-events), "cq-resize" (cq-resize) or "async" (async-events,
+# while the link goes down and up). Around the run: kmemleak cleared, no verbs object of the test left behind, device
 # and modules removed, kmemleak clean. events_two_vms KIND runs stock event-driven tools
 # between two VMs.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -105,6 +105,9 @@ events_main() {
 		;;
 	errors)
 		"$progs/error-events" "$EVENTS_DEV" "$@" || fail "error-events on $EVENTS_DEV failed"
+		;;
+	cq-resize)
+		"$progs/cq-resize" "$EVENTS_DEV" "$@" || fail "cq-resize on $EVENTS_DEV failed"
 		;;
 	async)
 		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \

@@ -481,6 +481,14 @@ fabric_ctl() {
 	fail "fabric_ctl $*: no reply from the harness within 20s"
 }
 
+# hw_counter NAME [DEV]: the value of hardware counter NAME of port 1 of DEV (default ferrdma0),
+# from sysfs hw_counters (what `rdma statistic` shows).
+hw_counter() {
+	local f="/sys/class/infiniband/${2:-ferrdma0}/ports/1/hw_counters/$1"
+	[ -r "$f" ] || fail "no hardware counter '$1' ($f)"
+	cat "$f"
+}
+
 # fabric_cable NODE up|down: plugs or pulls node NODE's cable in one request to the harness:
 # the fabric takes node NODE's ports (its virtio-net's lan:NODE-1 and, when it has a ferrdma
 # NIC, the NIC's RoCE engine) up or down, and QEMU switches the virtio-net's link (QMP

@@ -52,6 +52,7 @@ CMD_DESTROY_AH = 8
 CMD_REG_MR = 9
 CMD_DEREG_MR = 13
 CMD_CREATE_CQ = 18
+CMD_RESIZE_CQ = 19
 CMD_POLL_CQ = 22
 CMD_REQ_NOTIFY_CQ = 23
 CMD_DESTROY_CQ = 20
@@ -272,6 +273,12 @@ class Uverbs:
         cq_id, cq_size = struct.unpack("<II", d) if len(d) >= 8 else (None, None)
         return e, (h, cq_id, cq_size)
 
+    def resize_cq(self, cq, cqe, drv):
+        """Returns (errno, the cqe ib_core reports)."""
+        core = struct.pack("<QII", 0, cq, cqe)
+        e, r, _ = self.write(CMD_RESIZE_CQ, core, drv, 8)
+        return e, (None if e else struct.unpack("<I", r[:4])[0])
+
     def destroy_cq(self, cq):
         return self.write(CMD_DESTROY_CQ, struct.pack("<QII", 0, cq, 0), core_out=8)[0]
 
@@ -394,6 +401,11 @@ def memreg(reg_type, cq_pages=0, rq_pages=0, sq_pages=0) -> bytes:
     return struct.pack("<HHHH", reg_type, cq_pages, rq_pages, sq_pages)
 
 
+def resize_req(buf) -> bytes:
+    """struct irdma_resize_cq_req: the new ring's address."""
+    return struct.pack("<Q", buf)
+
+
 def cq_req(buf, shadow) -> bytes:
     """struct irdma_create_cq_req."""
     return struct.pack("<QQ", buf, shadow)
@@ -438,6 +450,15 @@ class Scenario:
         mr = self.need(name, (u or self.u).reg_mr(pd, buf, pages * PAGE, drv))
         return buf, mr[0]
 
+    def cq_mem(self, pd, name, u=None):
+        """A one-page CQ ring (8 entries) and, as irdma's CQ_RESIZE layout has it, a
+        shadow area registered on its own (setup cases `name` and `name`.shadow); returns
+        (ring, shadow, ring_mr, shadow_mr)."""
+        ring, ring_mr = self.ring_mr(pd, name, 1, memreg(MEMREG_CQ, cq_pages=1), u=u)
+        shadow, shadow_mr = self.ring_mr(pd, name + ".shadow", 1, memreg(MEMREG_CQ, cq_pages=1),
+                                         u=u)
+        return ring, shadow, ring_mr, shadow_mr
+
     def setup(self):
         u = self.u
         ctx = self.need("get_context", u.get_context())
@@ -466,8 +487,9 @@ class Scenario:
                   u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_QP, rq_pages=2, sq_pages=2))[0])
         self.case("reg_mr.qp_rq_pages_0",
                   u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_QP, rq_pages=0, sq_pages=2))[0])
+        # CQ rings (CQ_RESIZE layout: no shadow page after them) must fit too.
         self.case("reg_mr.cq_pages_beyond_length",
-                  u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_CQ, cq_pages=4))[0])
+                  u.reg_mr(pd, buf, 4 * PAGE, memreg(MEMREG_CQ, cq_pages=5))[0])
         # Ring registrations are found by 4 KiB page: the address must be aligned.
         self.case("reg_mr.qp_unaligned",
                   u.reg_mr(pd, buf + 64, 4 * PAGE, memreg(MEMREG_QP, rq_pages=1, sq_pages=1))[0])
@@ -522,14 +544,13 @@ class Scenario:
                   u.reg_mr(pd, unmapped_address(), PAGE, memreg(MEMREG_MEM))[0])
 
     def cq_cases(self):
-        """Leaves self.cq (a valid CQ for the QP cases) and its ring registration."""
+        """Leaves self.cq (a valid CQ for the QP cases) and its ring registrations."""
         u, pd = self.u, self.pd
         # libirdma for ibv_create_cq(cqe=3): cq_size = max(4, 2*(3+1)) = 8 entries, one ring page,
-        # the shadow area in the page after it.
-        ring, ring_mr = self.ring_mr(pd, "reg_mr.cq_ring", 2, memreg(MEMREG_CQ, cq_pages=1))
-        shadow = ring + PAGE
+        # and (CQ_RESIZE) the shadow area in a registration of its own.
+        ring, shadow, ring_mr, shadow_mr = self.cq_mem(pd, "reg_mr.cq_ring")
         other = mmap_pages(2)
-        self.case("create_cq.unregistered_buf", u.create_cq(8, cq_req(other, other + PAGE))[0])
+        self.case("create_cq.unregistered_buf", u.create_cq(8, cq_req(other, shadow))[0])
         self.case("create_cq.udata_4_bytes", u.create_cq(8, cq_req(ring, shadow)[:4])[0])
         self.case("create_cq.udata_0_bytes", u.create_cq(8, b"")[0])
         self.case("create_cq.resp_no_room", u.create_cq(8, cq_req(ring, shadow), drv_out=4)[0])
@@ -539,7 +560,9 @@ class Scenario:
                   u.create_cq(self.max_hw_cq_size + 1, cq_req(ring, shadow))[0])
         # 1024 entries need 8 ring pages; the registration has 1.
         self.case("create_cq.ring_too_small", u.create_cq(1024, cq_req(ring, shadow))[0])
-        self.case("create_cq.shadow_not_after_ring", u.create_cq(8, cq_req(ring, shadow + 64))[0])
+        self.case("create_cq.shadow_unregistered", u.create_cq(8, cq_req(ring, other))[0])
+        self.case("create_cq.shadow_in_ring", u.create_cq(8, cq_req(ring, ring + 64))[0])
+        # One registration cannot be both: claimed as the ring, it is not free as the shadow.
         self.case("create_cq.shadow_is_ring", u.create_cq(8, cq_req(ring, ring))[0])
         # The driver's response cannot be written: the CQ must be undone and the ring freed
         # again (the valid create below reuses it).
@@ -550,20 +573,55 @@ class Scenario:
         if e:
             raise Broken("create_cq.valid")
         self.cq, self.cq_ring_mr, self.cq_ring_buf = cq[0], ring_mr, ring
+        self.cq_shadow_mr, self.cq_shadow_buf = shadow_mr, shadow
         self.case("create_cq.ring_in_use", u.create_cq(8, cq_req(ring, shadow))[0])
         self.case("dereg_mr.cq_ring_in_use", u.dereg_mr(ring_mr))
+        self.case("dereg_mr.cq_shadow_in_use", u.dereg_mr(shadow_mr))
         self.cq_verb_cases()
-        # A second CQ whose ring goes after its CQ is destroyed.
-        ring2, ring2_mr = self.ring_mr(pd, "reg_mr.cq_ring2", 2, memreg(MEMREG_CQ, cq_pages=1))
-        e, cq2 = u.create_cq(8, cq_req(ring2, 0))
-        self.case("create_cq.valid_shadow_0", e)
+        self.resize_cases()
+        # A second CQ whose rings go after it is destroyed.
+        ring2, shadow2, ring2_mr, shadow2_mr = self.cq_mem(pd, "reg_mr.cq_ring2")
+        e, cq2 = u.create_cq(8, cq_req(ring2, shadow2))
+        self.case("create_cq.valid2", e)
         if not e:
             self.case("dereg_mr.cq_ring2_in_use", u.dereg_mr(ring2_mr))
             self.case("destroy_cq.cq2", u.destroy_cq(cq2[0]))
             # The handle of the CQ just destroyed (before any new object can take the id).
             self.case("poll_cq.destroyed", u.poll_cq(cq2[0], 1)[0])
             self.case("req_notify_cq.destroyed", u.req_notify_cq(cq2[0], 0))
+            self.case("resize_cq.destroyed", u.resize_cq(cq2[0], 16, resize_req(ring2))[0])
         self.case("dereg_mr.cq_ring2_after_destroy", u.dereg_mr(ring2_mr))
+        self.case("dereg_mr.cq_shadow2_after_destroy", u.dereg_mr(shadow2_mr))
+
+    def resize_cases(self):
+        """RESIZE_CQ on self.cq (8 entries, no CQEs): hostile requests, then a resize to 256
+        entries on a new ring, after which the old ring registration is free to go."""
+        u, pd, cq = self.u, self.pd, self.cq
+        new, new_mr = self.ring_mr(pd, "reg_mr.cq_resize_ring", 2, memreg(MEMREG_CQ, cq_pages=2))
+        other = mmap_pages(1)
+        self.case("resize_cq.unregistered_buf", u.resize_cq(cq, 16, resize_req(other))[0])
+        self.case("resize_cq.udata_4_bytes", u.resize_cq(cq, 16, resize_req(new)[:4])[0])
+        self.case("resize_cq.udata_0_bytes", u.resize_cq(cq, 16, b"")[0])
+        self.case("resize_cq.cqe_0", u.resize_cq(cq, 0, resize_req(new))[0])
+        self.case("resize_cq.cqe_3", u.resize_cq(cq, 3, resize_req(new))[0])
+        self.case("resize_cq.cqe_above_max",
+                  u.resize_cq(cq, self.max_hw_cq_size + 1, resize_req(new))[0])
+        self.case("resize_cq.cqe_huge", u.resize_cq(cq, U32_MAX, resize_req(new))[0])
+        # 1024 entries need 8 ring pages; the registration has 2.
+        self.case("resize_cq.ring_too_small", u.resize_cq(cq, 1024, resize_req(new))[0])
+        self.case("resize_cq.current_ring", u.resize_cq(cq, 8, resize_req(self.cq_ring_buf))[0])
+        self.case("resize_cq.shadow_as_ring",
+                  u.resize_cq(cq, 8, resize_req(self.cq_shadow_buf))[0])
+        self.case("resize_cq.bogus_handle", u.resize_cq(BOGUS_HANDLE, 16, resize_req(new))[0])
+        self.case("resize_cq.pd_handle", u.resize_cq(self.pd, 16, resize_req(new))[0])
+        e, cqe = u.resize_cq(cq, 256, resize_req(new))
+        self.case("resize_cq.valid", e, cqe=cqe)
+        if e:
+            raise Broken("resize_cq.valid")
+        # The device writes the new ring now: the old one is free, the new one in use.
+        self.case("dereg_mr.cq_ring_after_resize", u.dereg_mr(self.cq_ring_mr))
+        self.case("dereg_mr.cq_resize_ring_in_use", u.dereg_mr(new_mr))
+        self.cq_ring_mr, self.cq_ring_buf = new_mr, new
 
     def cq_verb_cases(self):
         """POLL_CQ and REQ_NOTIFY_CQ (kernel verbs) on the user CQ self.cq and on handles
@@ -722,20 +780,20 @@ class Scenario:
         try:
             self.need("ctx2.get_context", u2.get_context())
             pd2 = self.need("ctx2.alloc_pd", u2.alloc_pd())
-            ring, ring_mr = self.ring_mr(pd2, "ctx2.reg_mr.cq_ring", 2,
-                                         memreg(MEMREG_CQ, cq_pages=1), u=u2)
-            cq2 = self.need("ctx2.create_cq", u2.create_cq(8, cq_req(ring, ring + PAGE)))[0]
+            ring, shadow, ring_mr, shadow_mr = self.cq_mem(pd2, "ctx2.reg_mr.cq_ring", u=u2)
+            cq2 = self.need("ctx2.create_cq", u2.create_cq(8, cq_req(ring, shadow)))[0]
             # Free registrations of the first context, at the addresses they were made at.
             ring1, self.cq_ring1_mr = self.ring_mr(self.pd, "reg_mr.cq_ring_ctx1", 2,
                                                    memreg(MEMREG_CQ, cq_pages=1))
             qbuf1, qmr1 = self.qp_ring("reg_mr.qp_ring_ctx1")
             self.case("ctx2.create_cq_on_ctx1_ring",
-                      u2.create_cq(8, cq_req(ring1, ring1 + PAGE))[0])
+                      u2.create_cq(8, cq_req(ring1, shadow))[0])
             self.case("ctx2.create_qp_on_ctx1_ring",
                       u2.create_qp(pd2, cq2, QPT_RC, list(self.CAPS), qp_req(qbuf1))[0])
             self.case("dereg_mr.qp_ring_ctx1", self.u.dereg_mr(qmr1))
             self.case("ctx2.destroy_cq", u2.destroy_cq(cq2))
             self.case("ctx2.dereg_mr.cq_ring", u2.dereg_mr(ring_mr))
+            self.case("ctx2.dereg_mr.cq_shadow", u2.dereg_mr(shadow_mr))
             self.case("ctx2.dealloc_pd", u2.dealloc_pd(pd2))
         finally:
             u2.close()
@@ -850,6 +908,7 @@ class Scenario:
         u = self.u
         self.case("destroy_cq.valid", u.destroy_cq(self.cq))
         self.case("dereg_mr.cq_ring_after_destroy", u.dereg_mr(self.cq_ring_mr))
+        self.case("dereg_mr.cq_shadow_after_destroy", u.dereg_mr(self.cq_shadow_mr))
         self.case("dereg_mr.cq_ring_ctx1", u.dereg_mr(self.cq_ring1_mr))
         self.case("dealloc_pd", u.dealloc_pd(self.pd))
         u.close()
@@ -869,8 +928,8 @@ class Scenario:
         self.setup()
         buf = mmap_pages(4)
         self.need("reg_mr.mem", u.reg_mr(self.pd, buf, 4 * PAGE, memreg(MEMREG_MEM)))
-        ring, _ = self.ring_mr(self.pd, "reg_mr.cq_ring", 2, memreg(MEMREG_CQ, cq_pages=1))
-        self.cq = self.need("create_cq", u.create_cq(8, cq_req(ring, ring + PAGE)))[0]
+        ring, shadow, _, _ = self.cq_mem(self.pd, "reg_mr.cq_ring")
+        self.cq = self.need("create_cq", u.create_cq(8, cq_req(ring, shadow)))[0]
         # A ring registration with no CQ on it yet.
         self.ring_mr(self.pd, "reg_mr.cq_ring_unused", 2, memreg(MEMREG_CQ, cq_pages=1))
         qbuf, _ = self.qp_ring("reg_mr.qp_ring")
@@ -961,8 +1020,8 @@ class ReadonlyRing(Scenario):
         n = self.FILE_PAGES * PAGE
         ring_cq = memreg(MEMREG_CQ, cq_pages=1)
         # The control: a CQ ring in the process's own memory gets the flush CQE.
-        own, own_mr = self.ring_mr(self.pd, "control.reg_mr.cq_ring", 2, ring_cq)
-        cq = self.need("control.create_cq", u.create_cq(8, cq_req(own, own + PAGE)))[0]
+        own, own_shadow, own_mr, own_shadow_mr = self.cq_mem(self.pd, "control.reg_mr.cq_ring")
+        cq = self.need("control.create_cq", u.create_cq(8, cq_req(own, own_shadow)))[0]
         h, qmr = self.flush_one_recv("control", cq)
         for _ in range(100):
             if cqe_valid(own):
@@ -973,6 +1032,7 @@ class ReadonlyRing(Scenario):
         self.case("control.dereg_mr.qp_ring", u.dereg_mr(qmr))
         self.case("control.destroy_cq", u.destroy_cq(cq))
         self.case("control.dereg_mr.cq_ring", u.dereg_mr(own_mr))
+        # The shadow area stays registered (free again) for the attack below.
 
         # Ring registrations over the file: the device would write them.
         e, mr = u.reg_mr(self.pd, ro, 2 * PAGE, ring_cq, access=0)
@@ -993,7 +1053,7 @@ class ReadonlyRing(Scenario):
         if not e4:
             self.case("dereg_mr.mem_readonly_file", u.dereg_mr(mr4[0]))
         # The attack: a CQ on the file's page, and a CQE the device writes there.
-        e5, cqf = u.create_cq(8, cq_req(ro, ro + PAGE))
+        e5, cqf = u.create_cq(8, cq_req(ro, own_shadow))
         self.case("create_cq.on_readonly_file", e5)
         if not e5:
             h, qmr = self.flush_one_recv("attack", cqf[0])
@@ -1009,6 +1069,7 @@ class ReadonlyRing(Scenario):
         now = ctypes.string_at(ro, n)
         changed = sum(1 for a, b in zip(orig, now) if a != b)
         self.case("file.bytes_changed_in_mapping", 0, changed=changed)
+        self.case("control.dereg_mr.cq_shadow", u.dereg_mr(own_shadow_mr))
         self.case("dealloc_pd", u.dealloc_pd(self.pd))
         u.close()
 

@@ -6,7 +6,7 @@
 
 Keeps a random population of open contexts, each with PDs, CQs, MRs (pinned user memory of
 random size and access) and RC/UD QPs (random caps, some moved to INIT), and OPERATIONS
-times creates or destroys one of them, or closes a whole context with whatever it still holds
+times creates, resizes (a CQ) or destroys one of them, or closes a whole context with whatever it still holds
 (as a process exit would). pyverbs destroys dependants first (QPs before their CQs and PD,
 MRs before their PD), the order libirdma itself uses. Prints a summary line; exits non-zero on
 the first unexpected error. With "exit", the process ends without closing what is still open,
@@ -83,7 +83,7 @@ def main() -> int:
     faults = sys.argv[4:] == ["faults"]
     rng = random.Random(seed)
     ctxs: list[Ctx] = []
-    n = {k: 0 for k in ("ctx", "pd", "cq", "mr", "qp", "close", "refused")}
+    n = {k: 0 for k in ("ctx", "pd", "cq", "resize", "mr", "qp", "close", "refused")}
     for _ in range(ops):
         try:
             step(rng, dev, ctxs, n)
@@ -125,7 +125,11 @@ def step(rng: random.Random, dev: str, ctxs: list[Ctx], n: dict[str, int]) -> No
         elif c.pds:
             c.drop_pd(rng.choice(c.pds))
     elif r < 0.42:
-        if len(c.cqs) < MAX_PER_KIND:
+        if c.cqs and rng.random() < 0.25:
+            # ibv_resize_cq: a new ring registered, MODIFY_CQ, the old ring deregistered.
+            rng.choice(c.cqs).resize(rng.randint(1, 1024))
+            n["resize"] += 1
+        elif len(c.cqs) < MAX_PER_KIND:
             c.cqs.append(CQ(c.ctx, rng.randint(1, 512), None, None, rng.randrange(c.vectors)))
             n["cq"] += 1
         else:

@@ -1359,6 +1359,38 @@ static int check_bad_lkey(struct kv *t)
 	return ret;
 }
 
+/*
+ * rdma_query_ah gives back the address vector (ib_mad matches responses to requests with it):
+ * destination GID, source GID index, hop limit, traffic class and flow label.
+ */
+static int check_query_ah(struct kv *t)
+{
+	struct rdma_ah_attr attr, q;
+	const struct ib_global_route *g;
+	struct ib_ah *ah;
+	int ret;
+
+	kv_ah_attr(t, &attr);
+	rdma_ah_set_grh(&attr, &t->gid, 0x12345, t->gid_index, 17, 0x28);
+	ah = rdma_create_ah(t->pd, &attr, RDMA_CREATE_AH_SLEEPABLE);
+	if (IS_ERR(ah))
+		return FAIL("rdma_create_ah: %ld", PTR_ERR(ah));
+	memset(&q, 0xa5, sizeof(q));
+	ret = rdma_query_ah(ah, &q);
+	g = rdma_ah_read_grh(&q);
+	if (ret)
+		ret = FAIL("rdma_query_ah: %d", ret);
+	else if (!(rdma_ah_get_ah_flags(&q) & IB_AH_GRH) ||
+		 memcmp(g->dgid.raw, t->gid.raw, sizeof(t->gid.raw)) ||
+		 g->sgid_index != t->gid_index || g->hop_limit != 17 ||
+		 g->traffic_class != 0x28 || g->flow_label != 0x12345)
+		ret = FAIL("rdma_query_ah: flags %#x dgid %pI6 sgid_index %u hop_limit %u traffic_class %#x flow_label %#x",
+			   rdma_ah_get_ah_flags(&q), g->dgid.raw, g->sgid_index, g->hop_limit,
+			   g->traffic_class, g->flow_label);
+	rdma_destroy_ah(ah, RDMA_DESTROY_AH_SLEEPABLE);
+	return ret;
+}
+
 static int check_ud(struct kv *t)
 {
 	static DEFINE_SPINLOCK(lock);
@@ -2173,6 +2205,7 @@ static const struct kv_check kv_checks[] = {
 	{ "full_send_queue_enomem", check_full_queue },
 	{ "bad_lkey_loc_prot_err_then_flush", check_bad_lkey },
 	{ "ud_ah_in_atomic_context_grh_ipv4", check_ud },
+	{ "query_ah_returns_the_av", check_query_ah },
 	{ "zero_length_write_with_imm_rkey0", check_zero_len_write_imm },
 	{ "zero_length_read_rkey0", check_zero_len_read },
 	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },

@@ -362,13 +362,29 @@ static void do_create_cq(struct worker *w)
 	core.comp_vector = chance(&w->rng, 80) ? below(&w->rng, 2) : any_u32(&w->rng);
 	core.comp_channel = -1;
 	req->user_cq_buf = some_addr(w, &len);
-	req->user_shadow_area = chance(&w->rng, 70) ? req->user_cq_buf + len - 64 :
+	/* With irdma's CQ_RESIZE layout the shadow area is a registration of its own. */
+	req->user_shadow_area = chance(&w->rng, 10) ? req->user_cq_buf + len - 64 :
 						      some_addr(w, &len);
 	drv_len = mangle(w, drv, sizeof(*req), sizeof(drv));
 	if (!cmd(w, IB_USER_VERBS_CMD_CREATE_CQ, &core, sizeof(core), drv, drv_len,
 		 (sizeof(struct ib_uverbs_create_cq_resp) +
 		  sizeof(struct irdma_create_cq_resp)) / 4))
 		remember(&w->cq, ((struct ib_uverbs_create_cq_resp *)w->resp)->cq_handle);
+}
+
+static void do_resize_cq(struct worker *w)
+{
+	struct ib_uverbs_resize_cq core = { 0 };
+	uint8_t drv[32] = { 0 };
+	struct irdma_resize_cq_req *req = (void *)drv;
+	size_t len, drv_len;
+
+	core.cq_handle = pick(w, &w->cq);
+	core.cqe = chance(&w->rng, 70) ? 4 + below(&w->rng, 512) : any_u32(&w->rng);
+	req->user_cq_buffer = some_addr(w, &len);
+	drv_len = mangle(w, drv, sizeof(*req), sizeof(drv));
+	cmd(w, IB_USER_VERBS_CMD_RESIZE_CQ, &core, sizeof(core), drv, drv_len,
+	    sizeof(struct ib_uverbs_resize_cq_resp) / 4);
 }
 
 static void do_destroy_cq(struct worker *w)
@@ -728,8 +744,10 @@ static void worker_run(struct worker *w, uint64_t budget)
 			do_reg_mr(w);
 		} else if (a < 340) {
 			do_dereg_mr(w);
-		} else if (a < 440) {
+		} else if (a < 420) {
 			do_create_cq(w);
+		} else if (a < 440) {
+			do_resize_cq(w);
 		} else if (a < 470) {
 			do_destroy_cq(w);
 		} else if (a < 580) {

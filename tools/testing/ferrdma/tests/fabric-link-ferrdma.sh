@@ -13,9 +13,12 @@
 #          the tool exits non-zero; the server must end too, within a bound.
 # The pull is what the guest sees of a real one: node 2's eth0 loses its carrier and its RDMA
 # port goes DOWN (ib_core reports IB_EVENT_PORT_ERR), then both come back (PORT_ACTIVE).
-# The fabric's counters (stats) must show frames the down link swallowed; bad requests get
-# an error reply. Afterwards the VMs talk again (ping and a short ib_write_bw), no verbs
-# object is left, kmemleak is clean, and the harness checks for kernel splats.
+# The fabric's counters (stats) must show frames the down link swallowed, and the client
+# NIC's port counters (sysfs hw_counters) the retransmission timeouts and the packets it sent
+# again; bad requests get an error reply. Afterwards the VMs talk again (ping and a short
+# ib_write_bw, over which the two NICs' counters must agree: every WRITE and every packet one
+# sent, the other received, nothing sent again; `rdma statistic` shows the same counters), no
+# verbs object is left, kmemleak is clean, and the harness checks for kernel splats.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 two_vms_up
 
@@ -82,6 +85,8 @@ outage() {
 		fi
 	else
 		barrier "$name-listening" 60
+		local rto0 retrans0
+		rto0=$(hw_counter RTO) retrans0=$(hw_counter RetransPkts)
 		timeout 90 ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -D 10 -u "$to" -F "$FERRDMA_PEER_IP" > "$log" 2>&1 &
 		pid=$!
 		sleep 4 # connected and writing
@@ -96,6 +101,10 @@ outage() {
 			{ cat /tmp/stats.log; fail "$name: the down link dropped nothing?"; }
 		wait "$pid" || rc=$?
 		note "$name: client ended with status $rc"
+		local rto=$(($(hw_counter RTO) - rto0)) retrans=$(($(hw_counter RetransPkts) - retrans0))
+		note "$name: port counters: $rto retransmission timeouts, $retrans packets sent again"
+		[ "$rto" -gt 0 ] && [ "$retrans" -gt 0 ] ||
+			fail "$name: the outage left no trace in the port counters (RTO +$rto, RetransPkts +$retrans)"
 		case $expect in
 		ok)
 			[ "$rc" = 0 ] || { cat "$log"; fail "$name: the client failed with status $rc after a ${secs}s outage"; }
@@ -123,11 +132,43 @@ outage long 8 14 retry-exceeded
 # The link is back: the LAN and RDMA work again.
 ping_peer "$FERRDMA_PEER_IP" 30
 barrier again 60
+# counters NAME...: this node's values of the named counters, comma-separated.
+counters() {
+	local n out=
+	for n in "$@"; do out+=$(hw_counter "$n"),; done
+	echo "${out%,}"
+}
+names=(OutRdmaWrites InRdmaWrites ip4OutPkts ip4InPkts ip4OutOctets ip4InOctets RetransPkts)
+before=$(counters "${names[@]}")
 PERFTEST_TIMEOUT=60 perftest_pair again 2 "$FERRDMA_PEER_IP" ib_write_bw -d ferrdma0 -x "$gid" -s 65536 -n 200 -F
 if [ "$FERRDMA_NODE" = 1 ]; then
 	grep -qE '^ +65536 +[0-9]+ +[0-9.]+ +[0-9.]+' "$PERFTEST_CLIENT_LOG" ||
 		{ cat "$PERFTEST_CLIENT_LOG"; fail "ib_write_bw after the outages: no result row"; }
 	note "after the outages: $(grep -E '^ +65536 ' "$PERFTEST_CLIENT_LOG" | tr -s ' ')"
+fi
+# The counters of both NICs over that run (node 1 wrote to node 2): deltas in ${names[@]} order.
+after=$(counters "${names[@]}")
+IFS=, read -ra b <<< "$before"
+IFS=, read -ra a <<< "$after"
+d=()
+for i in "${!names[@]}"; do d[i]=$((a[i] - b[i])); done
+mine=$(IFS=,; echo "${d[*]}")
+other=$(barrier_word counters $((3 - FERRDMA_NODE)) "$mine")
+IFS=, read -ra o <<< "$other"
+note "port counter deltas over the run (${names[*]}): here $mine, on the peer $other"
+if [ "$FERRDMA_NODE" = 1 ]; then
+	# perftest_pair may have run the tool twice (a failed clock calibration): n x 200 WRITEs.
+	[ "${d[0]}" -gt 0 ] && [ $((d[0] % 200)) = 0 ] ||
+		fail "the client's NIC counted ${d[0]} WRITE requests for runs of 200"
+	[ "${d[0]}" = "${o[1]}" ] || fail "WRITEs: ${d[0]} sent, the peer counted ${o[1]} received"
+	[ "${d[2]}" = "${o[3]}" ] || fail "packets: ${d[2]} sent, the peer counted ${o[3]} received"
+	[ "${d[4]}" = "${o[5]}" ] || fail "IP octets: ${d[4]} sent, the peer counted ${o[5]} received"
+	[ "${d[2]}" -ge $((d[0] * 16)) ] || fail "${d[2]} packets for ${d[0]} WRITEs of 64 KiB (4096-byte MTU at most)"
+	[ "${d[4]}" -gt $((d[0] * 65536)) ] || fail "${d[4]} IP octets for ${d[0]} WRITEs of 64 KiB"
+	[ "${d[6]}" = 0 ] || fail "${d[6]} packets sent again on a clean link"
+	rdma statistic show link ferrdma0/1 > /tmp/rdma-statistic || fail "rdma statistic show failed"
+	has_line "OutRdmaWrites $(hw_counter OutRdmaWrites)( |$)" < /tmp/rdma-statistic ||
+		{ cat /tmp/rdma-statistic; fail "rdma statistic does not show the sysfs OutRdmaWrites"; }
 fi
 barrier finished 60
 expect_no_verbs_objects

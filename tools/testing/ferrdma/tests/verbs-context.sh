@@ -7,7 +7,8 @@
 # open all work. Checks:
 #   * ibv_devices lists ferrdma0 with its node GUID;
 #   * ibv_devinfo -v opens it (alloc_ucontext, mmap, alloc_pd) and reports hw_ver 0x2, 13 SGEs,
-#     the QP/CQ/MR limits and firmware version the device gave the driver via QUERY_CAPS,
+#     the QP/CQ/MR limits and firmware version the device gave the driver via QUERY_CAPS (also
+#     in sysfs fw_ver),
 #     port 1 PORT_ACTIVE on link layer Ethernet with its RoCE v2 GIDs;
 #   * one unprivileged user cannot take every user context (each owns a doorbell page): uid
 #     65534 gets 63 and then EDQUOT, and root can still open one while it holds them;
@@ -37,6 +38,9 @@ read -r qps cqs mrs < <(sed -E 's/.*, ([0-9]+) QPs, ([0-9]+) CQs, ([0-9]+) MRs/\
 [ "$(field max_cq)" = "$cqs" ] || fail "max_cq '$(field max_cq)', the device reports $cqs"
 [ "$(field max_mr)" = "$mrs" ] || fail "max_mr '$(field max_mr)', the device reports $mrs"
 [ "$(field fw_ver)" = "$(sed -E 's/.*fw ([0-9.]+),.*/\1/' <<<"$caps")" ] || fail "fw_ver '$(field fw_ver)' vs '$caps'"
+# sysfs fw_ver (get_dev_fw_str, what `rdma dev` and udev see) says the same.
+sysfs_fw=$(cat /sys/class/infiniband/ferrdma0/fw_ver)
+[ "$sysfs_fw" = "$(field fw_ver)" ] || fail "sysfs fw_ver '$sysfs_fw', ibv_devinfo says '$(field fw_ver)'"
 grep -Eq "state:\s+PORT_ACTIVE \(4\)" /tmp/devinfo || fail "port 1 is not PORT_ACTIVE"
 grep -Eq "link_layer:\s+Ethernet" /tmp/devinfo || fail "link layer is not Ethernet"
 grep -Eq "GID\[\s*[0-9]+\]:\s+::ffff:$FERRDMA_IP, RoCE v2" /tmp/devinfo \

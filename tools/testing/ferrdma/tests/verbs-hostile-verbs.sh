@@ -59,6 +59,7 @@ reg_mr.mem_beyond_mapping ERROR # EFAULT from pinning
 reg_mr.cq_beyond_mapping ERROR # EFAULT from pinning
 reg_mr.mem_unmapped ERROR # EFAULT from pinning
 reg_mr.cq_ring 0
+reg_mr.cq_ring.shadow 0
 create_cq.unregistered_buf EPROTO
 create_cq.udata_4_bytes EINVAL
 create_cq.udata_0_bytes EINVAL
@@ -67,12 +68,14 @@ create_cq.cqe_3 EINVAL
 create_cq.cqe_0 EINVAL
 create_cq.cqe_above_max EINVAL
 create_cq.ring_too_small EINVAL
-create_cq.shadow_not_after_ring EINVAL
-create_cq.shadow_is_ring EINVAL
+create_cq.shadow_unregistered EPROTO
+create_cq.shadow_in_ring EPROTO
+create_cq.shadow_is_ring EPROTO
 create_cq.resp_unmapped EFAULT
 create_cq.valid 0 cq_size=8
 create_cq.ring_in_use EPROTO
 dereg_mr.cq_ring_in_use EBUSY
+dereg_mr.cq_shadow_in_use EBUSY
 poll_cq.ne_1 EOPNOTSUPP # (core) [enabled: EINVAL, the driver refuses user CQs]
 poll_cq.ne_0 EOPNOTSUPP # (core) [enabled: 0, count 0; ib_core never asks the driver]
 poll_cq.ne_huge EOPNOTSUPP # (core) [enabled: EINVAL, the driver refuses the first poll]
@@ -83,13 +86,32 @@ poll_cq.bogus_handle EOPNOTSUPP # (core) [enabled: ENOENT (core)]
 poll_cq.pd_handle EOPNOTSUPP # (core) [enabled: EINVAL (core), not a CQ]
 req_notify_cq.bogus_handle EOPNOTSUPP # (core) [enabled: ENOENT (core)]
 req_notify_cq.pd_handle EOPNOTSUPP # (core) [enabled: EINVAL (core), not a CQ]
+reg_mr.cq_resize_ring 0
+resize_cq.unregistered_buf EPROTO
+resize_cq.udata_4_bytes EINVAL
+resize_cq.udata_0_bytes EINVAL
+resize_cq.cqe_0 EINVAL # (core)
+resize_cq.cqe_3 EINVAL
+resize_cq.cqe_above_max EINVAL
+resize_cq.cqe_huge EINVAL
+resize_cq.ring_too_small EINVAL
+resize_cq.current_ring EPROTO # claimed by the CQ
+resize_cq.shadow_as_ring EPROTO # claimed by the CQ
+resize_cq.bogus_handle ENOENT # (core)
+resize_cq.pd_handle EINVAL # (core), not a CQ
+resize_cq.valid 0 cqe=256
+dereg_mr.cq_ring_after_resize 0
+dereg_mr.cq_resize_ring_in_use EBUSY
 reg_mr.cq_ring2 0
-create_cq.valid_shadow_0 0
+reg_mr.cq_ring2.shadow 0
+create_cq.valid2 0
 dereg_mr.cq_ring2_in_use EBUSY
 destroy_cq.cq2 0
 poll_cq.destroyed EOPNOTSUPP # (core) [enabled: ENOENT (core)]
 req_notify_cq.destroyed EOPNOTSUPP # (core) [enabled: ENOENT (core)]
+resize_cq.destroyed ENOENT # (core)
 dereg_mr.cq_ring2_after_destroy 0
+dereg_mr.cq_shadow2_after_destroy 0
 reg_mr.qp_ring 0
 create_qp.unregistered_buf EPROTO
 create_qp.udata_8_bytes EINVAL
@@ -113,6 +135,7 @@ destroy_cq.in_use EBUSY # (core)
 ctx2.get_context 0
 ctx2.alloc_pd 0
 ctx2.reg_mr.cq_ring 0
+ctx2.reg_mr.cq_ring.shadow 0
 ctx2.create_cq 0
 reg_mr.cq_ring_ctx1 0
 reg_mr.qp_ring_ctx1 0
@@ -121,6 +144,7 @@ ctx2.create_qp_on_ctx1_ring EPROTO
 dereg_mr.qp_ring_ctx1 0
 ctx2.destroy_cq 0
 ctx2.dereg_mr.cq_ring 0
+ctx2.dereg_mr.cq_shadow 0
 ctx2.dealloc_pd 0
 modify_qp.reset_to_rts EINVAL
 modify_qp.reset_to_rtr EINVAL
@@ -204,6 +228,7 @@ create_ah.valid 0 ah_id_small=1
 destroy_ah.valid 0
 destroy_cq.valid 0
 dereg_mr.cq_ring_after_destroy 0
+dereg_mr.cq_shadow_after_destroy 0
 dereg_mr.cq_ring_ctx1 0
 dealloc_pd 0
 EOF

@@ -22,6 +22,7 @@ file.open_rdwr_as_nobody EACCES uid=65534 euid=65534
 get_context 0
 alloc_pd 0
 control.reg_mr.cq_ring 0
+control.reg_mr.cq_ring.shadow 0
 control.create_cq 0
 control.reg_mr.qp_ring 0
 control.create_qp 0
@@ -39,6 +40,7 @@ reg_mr.mem_readonly_file_remote_read 0
 dereg_mr.mem_readonly_file 0
 create_cq.on_readonly_file EPROTO
 file.bytes_changed_in_mapping 0 changed=0
+control.dereg_mr.cq_shadow 0
 dealloc_pd 0
 EOF2
 )
