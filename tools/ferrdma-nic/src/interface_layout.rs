@@ -80,6 +80,13 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(Caps, max_rd_atomic), 80);
     assert_eq!(offset_of!(Caps, msix_vectors), 84);
     assert_eq!(offset_of!(Caps, fw_ver), 88);
+    // The manual's QUERY_COUNTERS table: 32 qwords in this order.
+    assert_eq!(PortCounters::SIZE, 256);
+    assert_eq!(offset_of!(PortCounters, ip6_rx_pkts), 32);
+    assert_eq!(offset_of!(PortCounters, rx_sends), 96);
+    assert_eq!(offset_of!(PortCounters, rnr_naks_sent), 144);
+    assert_eq!(offset_of!(PortCounters, retransmits), 184);
+    assert_eq!(offset_of!(PortCounters, cnps_ignored), 240);
     assert_eq!(offset_of!(Eqe, tag), 4);
     assert_eq!(offset_of!(Eqe, info), 8);
     assert_eq!(offset_of!(CreateCq, event_tag), 112);
@@ -138,7 +145,7 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!(stag_index(0xabcd12), 0xabcd);
     // Offsets the 1.x driver uses are unchanged.
     assert_eq!((REG_ID, REG_VERSION, REG_TEST_DMA_CTRL), (0, 4, 0x120));
-    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 4));
+    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 5));
     assert_eq!((REG_FEATURES, REG_MAC_LO, REG_MAC_HI), (0x10, 0x18, 0x1c));
 }
 
