@@ -24,6 +24,7 @@ mod id_alloc;
 mod interface;
 mod kcq;
 mod kqp;
+mod kring;
 mod kwqe;
 mod mr;
 mod pbl;

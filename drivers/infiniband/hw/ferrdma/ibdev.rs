@@ -18,6 +18,7 @@ use crate::{
     mr::{Mr, RingReg},
     qp::Qp,
     regs::{Bar0, DbPage},
+    sizing,
 };
 use kernel::{
     device,
@@ -630,8 +631,8 @@ impl Pd {
 /// The user context response for a device with limits `caps`.
 fn ucontext_resp(caps: &Caps, db_mmap_key: u64) -> AllocUcontextResp {
     AllocUcontextResp {
-        max_pds: caps.max_pd.min(MAX_PD),
-        max_qps: caps.max_qp,
+        max_pds: caps.max_pd.min(MAX_PD) - 1,
+        max_qps: caps.max_qp - 1,
         wq_size: caps.max_sq_quanta,
         kernel_ver: abi::IRDMA_ABI_VER as u8,
         feature_flags: abi::FEATURE_CQ_RESIZE,
@@ -642,7 +643,7 @@ fn ucontext_resp(caps: &Caps, db_mmap_key: u64) -> AllocUcontextResp {
         max_hw_rq_quanta: caps.max_rq_quanta,
         max_hw_wq_quanta: caps.max_sq_quanta,
         min_hw_cq_size: 1,
-        max_hw_cq_size: caps.max_cq_entries,
+        max_hw_cq_size: sizing::max_hw_cq_size(caps.max_cq_entries),
         max_hw_sq_chunk: caps.sq_chunk_quanta.into(),
         hw_rev: caps.hw_rev,
         comp_mask: abi::ALLOC_UCTX_USE_RAW_ATTR | abi::ALLOC_UCTX_MIN_HW_WQ_SIZE,
@@ -716,26 +717,26 @@ impl infiniband::Driver for FerrdmaIb {
         DeviceAttr {
             fw_ver: c.fw_ver,
             sys_image_guid: node_guid(data.mac),
-            max_mr_size: c.max_mr_size,
+            max_mr_size: sizing::max_mr_size(c),
             page_size_cap: c.page_size_cap,
             vendor_id: u32::from(crate::interface::PCI_VENDOR_ID),
             vendor_part_id: u32::from(crate::interface::PCI_DEVICE_ID),
             hw_ver: c.hw_rev.into(),
-            max_qp: c.max_qp,
-            // A WQE of the largest SGE count takes 8 quanta (GEN_2: 32-byte quanta, 2 SGEs
-            // per quantum after the first), so this many WRs always fit.
-            max_qp_wr: c.max_sq_quanta / 8,
+            // The object limits are what can exist, as irdma reports them: the driver never
+            // hands out id 0 of the QP, CQ, MR (STag index), AH and PD tables.
+            max_qp: c.max_qp - 1,
+            max_qp_wr: sizing::max_qp_wr(c),
             max_send_sge: c.max_sge.into(),
             max_recv_sge: c.max_sge.into(),
             max_sge_rd: c.max_read_sge.into(),
-            max_cq: c.max_cq,
-            max_cqe: c.max_cq_entries,
-            max_mr: c.max_mr,
-            max_pd: c.max_pd.min(MAX_PD),
+            max_cq: c.max_cq - 1,
+            max_cqe: sizing::max_cqe(c.max_cq_entries),
+            max_mr: c.max_mr - 1,
+            max_pd: c.max_pd.min(MAX_PD) - 1,
             max_qp_rd_atom: c.max_rd_atomic.into(),
             max_qp_init_rd_atom: c.max_rd_atomic.into(),
             max_res_rd_atom: u32::from(c.max_rd_atomic).saturating_mul(c.max_qp),
-            max_ah: c.max_ah,
+            max_ah: c.max_ah - 1,
             max_pkeys: 1,
             local_ca_ack_delay: 16,
             local_dma_lkey: data.kdb.as_ref().map(|_| hw::LOCAL_DMA_STAG),
@@ -801,7 +802,12 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn alloc_pd(data: &IbData<'_>, udata: Option<&mut UData<'_>>) -> Result<Pd> {
         crate::fault::step()?;
-        let id = data.ids.lock().pds.alloc(1).ok_or(ENOMEM)?;
+        let id = data
+            .ids
+            .lock()
+            .pds
+            .alloc_in(1, data.caps.max_pd.min(MAX_PD))
+            .ok_or(ENOMEM)?;
         if let Some(u) = udata {
             if let Err(e) =
                 crate::fault::step().and_then(|()| u.respond(&AllocPdResp { pd_id: id }.encode()))

@@ -11,6 +11,7 @@ use crate::{
     ibdev::IbData,
     interface as hw,
     kqp::KQp,
+    kring::ChunkedRing,
     kwqe::{self, Cqe},
     sizing,
 };
@@ -26,9 +27,6 @@ use kernel::{
         Arc, SpinLockIrq,
     },
 };
-
-/// Largest kernel CQ, in CQEs a consumer may ask for.
-const MAX_KERNEL_CQE: u32 = 32767;
 
 /// The consumer position in a CQ ring.
 struct CqPos {
@@ -56,7 +54,7 @@ impl CqPos {
 pub(crate) struct KCq {
     id: u32,
     size: u32,
-    ring: Coherent<[u64]>,
+    ring: ChunkedRing,
     shadow: Coherent<[u64]>,
     /// Taken by poll, arm and QP cleanup; orders them.
     #[pin]
@@ -82,16 +80,16 @@ impl KCq {
     fn cqe_qwords(&self, slot: u32) -> Result<[u64; 4]> {
         let b = slot as usize * 4;
         Ok([
-            io_read!(self.ring, [try: b]),
-            io_read!(self.ring, [try: b + 1]),
-            io_read!(self.ring, [try: b + 2]),
-            io_read!(self.ring, [try: b + 3]),
+            self.ring.read(b)?,
+            self.ring.read(b + 1)?,
+            self.ring.read(b + 2)?,
+            self.ring.read(b + 3)?,
         ])
     }
 
     /// The CQE at `pos`, if the device has written it; with the number of slots it takes.
     fn peek(&self, pos: &CqPos) -> Result<Option<(Cqe, u32)>> {
-        let qw3: u64 = io_read!(self.ring, [try: pos.head as usize * 4 + 3]);
+        let qw3 = self.ring.read(pos.head as usize * 4 + 3)?;
         if (qw3 >> hw::cqe::VALID & 1 == 1) != pos.polarity {
             return Ok(None);
         }
@@ -135,10 +133,7 @@ impl KCq {
                 break;
             };
             if c.qp_id == qp_id {
-                let _ = (|| -> Result {
-                    io_write!(self.ring, [try: p.head as usize * 4 + 1], 0u64);
-                    Ok(())
-                })();
+                let _ = self.ring.write(p.head as usize * 4 + 1, 0);
             }
             p.step(slots, self.size);
         }
@@ -148,12 +143,11 @@ impl KCq {
     /// remaining WQEs as flushed (the first one got the specific error).
     fn downgrade_to_flush(&self, head: u32) -> Result {
         let i = head as usize * 4 + 3;
-        let qw3: u64 = io_read!(self.ring, [try: i]);
+        let qw3 = self.ring.read(i)?;
         let v = (qw3 & !0xffff_ffff)
             | u64::from(hw::cqe::MAJERR_FLUSH) << hw::cqe::MAJERR_LO
             | u64::from(hw::flush::GENERAL);
-        io_write!(self.ring, [try: i], v);
-        Ok(())
+        self.ring.write(i, v)
     }
 }
 
@@ -166,14 +160,14 @@ impl IbData<'_> {
         if attr.flags != 0 {
             return Err(EOPNOTSUPP);
         }
-        if attr.cqe == 0 || attr.cqe > MAX_KERNEL_CQE {
+        if attr.cqe == 0 || attr.cqe > sizing::max_cqe(self.caps.max_cq_entries) {
             return Err(EINVAL);
         }
         self.kernel_doorbells()?;
         // Every completion may take two slots (immediate data), and one slot stays free.
         let size = (2 * (attr.cqe + 1)).max(hw::MIN_CQ_ENTRIES);
         crate::fault::step()?;
-        let ring = Coherent::<u64>::zeroed_slice(self.dev, size as usize * 4, GFP_KERNEL)?;
+        let ring = ChunkedRing::zeroed(self.dev, size as usize * 4)?;
         crate::fault::step()?;
         let shadow = Coherent::<u64>::zeroed_slice(self.dev, 8, GFP_KERNEL)?;
         crate::fault::step()?;
@@ -192,14 +186,7 @@ impl IbData<'_> {
         cmd.shadow_addr = shadow.dma_address();
         let tag = self.event_tags.next();
         cmd.event_tag = tag.raw();
-        cmd.ring = hw::PageList {
-            // Coherent memory is contiguous.
-            addr: ring.dma_address(),
-            npages: sizing::pages(size),
-            level: hw::PBL_LEVEL_CONTIG,
-            rsvd0: 0,
-            rsvd1: 0,
-        };
+        cmd.ring = ring.descriptor();
         let kcq_events = events.clone();
         let kcq = crate::fault::step().and_then(|()| {
             Arc::pin_init(

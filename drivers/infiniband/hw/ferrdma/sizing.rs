@@ -106,6 +106,47 @@ pub(crate) const fn pages(quanta: u32) -> u32 {
     ((quanta as u64 * hw::QUANTUM as u64).div_ceil(hw::QUEUE_PAGE_SIZE)) as u32
 }
 
+/// The largest power of two at most `x` (0 for 0).
+const fn floor_pow2(x: u32) -> u32 {
+    if x == 0 {
+        0
+    } else {
+        1 << (31 - x.leading_zeros())
+    }
+}
+
+/// `max_qp_wr`: the WRs every QP can be given whatever its SGE count and inline size, as
+/// libirdma lays the rings out: the largest WQE takes 8 quanta (`wqe_shift` 3), the SQ also
+/// holds its reserved quanta and the RQ one WQE, and a ring is a power of two no larger than
+/// the device's maximum. With 32768 quanta that is E810's 4063.
+pub(crate) fn max_qp_wr(caps: &Caps) -> u32 {
+    let sq = floor_pow2(caps.max_sq_quanta).saturating_sub(SQ_RESERVED) >> 3;
+    let rq = floor_pow2(caps.max_rq_quanta).saturating_sub(RQ_RESERVED << 3) >> 3;
+    sq.min(rq)
+}
+
+/// `max_cqe`: the CQEs a consumer may ask for, user or kernel. Both lay a CQ out as libirdma
+/// does, `2 * (cqe + 1)` slots (a completion with immediate data takes two), so the device's
+/// `max_cq_entries` slots hold half that, less one.
+pub(crate) const fn max_cqe(max_cq_entries: u32) -> u32 {
+    (max_cq_entries / 2).saturating_sub(1)
+}
+
+/// The ucontext's `max_hw_cq_size`: libirdma accepts `cqe <= max_hw_cq_size - 1`, so this is
+/// [`max_cqe`] + 1.
+pub(crate) const fn max_hw_cq_size(max_cq_entries: u32) -> u32 {
+    max_cqe(max_cq_entries) + 1
+}
+
+/// `max_mr_size`: what any registration can reach, at most the device's own limit. Memory
+/// of 4 KiB pages (the most scattered) takes a page-list entry per page, and two levels of
+/// page list hold `MAX_PBL_PAGES` of them: 1 GiB. Larger pages reach further, up to the
+/// device's limit, but a consumer cannot count on them.
+pub(crate) fn max_mr_size(caps: &Caps) -> u64 {
+    caps.max_mr_size
+        .min(u64::from(hw::MAX_PBL_PAGES) * hw::QUEUE_PAGE_SIZE)
+}
+
 #[kunit_tests(ferrdma_sizing)]
 mod tests {
     use super::*;
@@ -177,6 +218,38 @@ mod tests {
         assert_eq!(pages(129), 2);
         // No u32 overflow, whatever the quanta.
         assert_eq!(pages(u32::MAX), 1 << 25);
+        Ok(())
+    }
+
+    #[test]
+    fn reported_limits_fit_the_rings() -> Result {
+        let c = caps()?;
+        // E810's figure, and the rings libirdma lays out for it at every SGE count fit.
+        let wr = max_qp_wr(&c);
+        assert_eq!(wr, 4063);
+        for sge in 1..=13 {
+            assert!(QpRings::for_caps(wr, sge, 0, wr, sge, &c).is_ok());
+        }
+        assert!(QpRings::for_caps(wr, 1, 101, wr, 1, &c).is_ok());
+        // One more WR does not fit with the most SGEs.
+        assert!(QpRings::for_caps(wr + 1, 13, 0, 1, 1, &c).is_err());
+        let mut odd = c;
+        odd.max_sq_quanta = 20000;
+        odd.max_rq_quanta = 3000;
+        assert_eq!(max_qp_wr(&odd), (2048 - 1) >> 3);
+        odd.max_rq_quanta = 0;
+        assert_eq!(max_qp_wr(&odd), 0);
+
+        assert_eq!(max_cqe(hw::MAX_CQ_ENTRIES), 524_287);
+        assert_eq!(2 * (max_cqe(hw::MAX_CQ_ENTRIES) + 1), hw::MAX_CQ_ENTRIES);
+        assert_eq!(max_hw_cq_size(hw::MAX_CQ_ENTRIES), 524_288);
+        assert_eq!(max_cqe(hw::MIN_CQ_ENTRIES), 1);
+        assert_eq!(max_cqe(1), 0);
+        assert_eq!(
+            (floor_pow2(0), floor_pow2(1), floor_pow2(32769)),
+            (0, 1, 32768)
+        );
+        assert_eq!(max_mr_size(&c), 1 << 30);
         Ok(())
     }
 }
