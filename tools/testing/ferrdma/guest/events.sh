@@ -109,6 +109,9 @@ events_main() {
 	cq-resize)
 		"$progs/cq-resize" "$EVENTS_DEV" "$@" || fail "cq-resize on $EVENTS_DEV failed"
 		;;
+	limits)
+		"$progs/limits" "$EVENTS_DEV" "$@" || fail "limits on $EVENTS_DEV failed"
+		;;
 	async)
 		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \
 			bash -c "sleep 1; $EVENTS_LINK_TOGGLE" ||

@@ -1541,6 +1541,82 @@ static int kv_pair(struct kv *t, struct kv_cq *cq, struct kv_qp *a, struct kv_qp
 	return r;
 }
 
+/*
+ * The device's max_cqe holds for a kernel CQ (ferrdma: 524,287 CQEs, a 32 MiB ring the driver
+ * builds from many coherent chunks): 9000 zero-length RDMA WRITEs, 16 at a time, complete on
+ * one in order, which takes the device's writes and the driver's reads past the first chunk;
+ * a CQ of max_cqe + 1 is refused with EINVAL.
+ */
+static int check_max_cqe(struct kv *t)
+{
+	const int total = 9000, batch = 16;
+	struct ib_cq_init_attr attr = { .cqe = t->ib->attrs.max_cqe + 1 };
+	struct kv_qp a = {}, b = {};
+	struct ib_wc wc[16];
+	struct kv_cq *big;
+	struct ib_cq *past;
+	int r = 0, done = 0, posted, i, n;
+	unsigned long end;
+
+	past = ib_create_cq(t->ib, kv_comp_handler, NULL, NULL, &attr);
+	if (!IS_ERR(past)) {
+		ib_destroy_cq(past);
+		return FAIL("a CQ of max_cqe + 1 = %d entries was created", attr.cqe);
+	}
+	if (PTR_ERR(past) != -EINVAL)
+		return FAIL("a CQ of max_cqe + 1 entries: %ld, expected -EINVAL", PTR_ERR(past));
+	big = kv_cq_alloc(t, "max_cqe", t->ib->attrs.max_cqe, IB_POLL_DIRECT, true, &r);
+	if (!big)
+		return FAIL("a CQ of max_cqe = %d entries: %d", t->ib->attrs.max_cqe, r);
+	r = kv_pair(t, big, &a, &b);
+	while (!r && done < total) {
+		for (posted = 0; posted < batch; posted++) {
+			struct ib_rdma_wr wr = {
+				.wr = {
+					.wr_id = done + posted,
+					.opcode = IB_WR_RDMA_WRITE,
+					.send_flags = IB_SEND_SIGNALED,
+				},
+			};
+			const struct ib_send_wr *bad;
+
+			r = ib_post_send(a.qp, &wr.wr, &bad);
+			if (r) {
+				r = FAIL("ib_post_send of WRITE %d: %d", done + posted, r);
+				break;
+			}
+		}
+		end = jiffies + msecs_to_jiffies(KV_TIMEOUT_MS);
+		for (n = 0; !r && n < posted;) {
+			int got = ib_poll_cq(big->cq, posted - n, wc);
+
+			if (got < 0) {
+				r = FAIL("ib_poll_cq: %d", got);
+				break;
+			}
+			for (i = 0; i < got; i++, n++)
+				if (wc[i].status != IB_WC_SUCCESS || wc[i].opcode != IB_WC_RDMA_WRITE ||
+				    wc[i].wr_id != done + n)
+					r = FAIL("completion %d: status %d opcode %d wr_id %llu",
+						 done + n, wc[i].status, wc[i].opcode,
+						 (unsigned long long)wc[i].wr_id);
+			if (!got && time_after(jiffies, end))
+				r = FAIL("%d of %d WRITE completions after %d ms", done + n, total,
+					 KV_TIMEOUT_MS);
+			if (!got)
+				cond_resched();
+		}
+		done += posted;
+	}
+	if (!r)
+		pr_info(KV "# a CQ of max_cqe = %d took %d completions; max_cqe + 1 refused\n",
+			t->ib->attrs.max_cqe, done);
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	kv_cq_free(big);
+	return r;
+}
+
 /* An RDMA WRITE of @len bytes with @rkey that must fail with IB_WC_REM_ACCESS_ERR. */
 static int kv_write_refused(struct kv *t, struct kv_qp *a, u32 rkey, u64 raddr, const char *what)
 {
@@ -2206,6 +2282,7 @@ static const struct kv_check kv_checks[] = {
 	{ "bad_lkey_loc_prot_err_then_flush", check_bad_lkey },
 	{ "ud_ah_in_atomic_context_grh_ipv4", check_ud },
 	{ "query_ah_returns_the_av", check_query_ah },
+	{ "cq_of_max_cqe_and_one_more", check_max_cqe },
 	{ "zero_length_write_with_imm_rkey0", check_zero_len_write_imm },
 	{ "zero_length_read_rkey0", check_zero_len_read },
 	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },

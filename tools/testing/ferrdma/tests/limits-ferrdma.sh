@@ -1,0 +1,13 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# ferrdma-test: vms=1 timeout=400 mem=1536
+#
+# Every limit ferrdma0 reports holds (issue 17, item 8; progs/limits.c through stock libirdma):
+# a CQ of max_cqe entries, an RC pair of max_qp_wr WRs of max_sge SGEs filled before anything is
+# polled (every completion and byte checked), 101 bytes of inline data, an MR of max_mr_size
+# bytes of 4 KiB pages with RDMA WRITEs into its first and last page, and exactly max_pd PDs,
+# max_cq CQs, max_qp QPs, max_mr MRs and max_ah AHs (less the kernel's own); one past each
+# limit fails cleanly. The kernel side of max_cqe is kverbs' cq_of_max_cqe_and_one_more. No
+# verbs object left, kmemleak clean. limits-rxe runs the same program on soft RoCE.
+. "$FERRDMA_HARNESS/guest/events.sh"
+events_main ferrdma limits -i 101 -M "$@"
