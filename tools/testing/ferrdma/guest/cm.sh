@@ -402,10 +402,11 @@ cm_wait_lines() {
 
 # cm_interrupted NAME ADDR PORT EVENT: an endless rping between the VMs (node 1 serving on
 # ADDR), interrupted once both sides have exchanged 20 pings by EVENT:
-#   link-down    node 1's eth0 goes down for 15 s, longer than the QPs' retries last (rdma_cm's
-#                RoCE QP timeout 4.096 us * 2^17, about 0.5 s, and at most 7 retries). The
-#                side that had a request in flight (rping alternates: one side always has)
-#                sees it fail and must end, the server within 75 s, the client within 45 s;
+#   link-down    node 1's eth0 goes down for 8 s, twice as long as the QPs' retries last
+#                (rdma_cm's RoCE QP timeout 4.096 us * 2^17, about 0.5 s, and at most 7
+#                retries). The side that had a request in flight (rping alternates: one side
+#                always has) sees it fail and must end, the server within 48 s, the client
+#                within 28 s (the outage and 20 s, five times the retries);
 #                a server that ends must report an error (rping exits 0 on some error paths:
 #                its message counts). Its DREQ goes out once, into the outage or to a peer
 #                whose link is down (destroying the id cancels the retries), and an idle RC
@@ -446,15 +447,15 @@ cm_interrupted() {
 	t0=$SECONDS
 	case $event/$FERRDMA_NODE in
 	link-down/1)
-		note "$name: eth0 down for 15s"
+		note "$name: eth0 down for 8s"
 		ip link set eth0 down
-		sleep 15
+		sleep 8
 		ip link set eth0 up
 		note "$name: eth0 up"
-		limit=75 # the outage, the client's 30 s, then the server's 30 s
+		limit=48 # the outage, the client's 20 s, then the server's 20 s
 		;;
 	link-down/2)
-		limit=45 # the outage and 30 s
+		limit=28 # the outage and 20 s
 		;;
 	kill-server/1 | kill-client/2)
 		cm_kill "$name" "$pid" "the $event event"

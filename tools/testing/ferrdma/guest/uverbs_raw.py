@@ -28,6 +28,14 @@ include/uapi/rdma/irdma-abi.h.
         Prints "case nobody.contexts ERRNO opened=N" (ERRNO of the refusal, 0 if none) and
         "case root.context_while_nobody_holds ERRNO".
 
+    uverbs_raw.py context-cycles DEV N
+        A child process drops to uid/gid 65534 and, N times, opens a file, creates a user
+        context (GET_CONTEXT), maps its doorbell page, allocates a PD and closes everything but
+        the PD, which the file's release must free. With N above the device's doorbell pages
+        (255 for users) and the per-user quota (63), a context, doorbell page or quota slot
+        that a close does not give back makes a later cycle fail. Prints
+        "case nobody.context_cycles ERRNO done=N" (ERRNO of the first failure, 0 if none).
+
     uverbs_raw.py readonly-ring DEV FILE
         As root: drops to uid/gid 65534, then registers a PROT_READ, MAP_SHARED mapping of
         FILE (which that user can only read) as CQ and QP rings and as a memory MR, and where
@@ -38,6 +46,7 @@ include/uapi/rdma/irdma-abi.h.
 import ctypes
 import errno
 import json
+import mmap
 import os
 import struct
 import sys
@@ -1110,6 +1119,43 @@ def context_quota(dev) -> int:
     return 0
 
 
+def context_cycles(dev, n) -> int:
+    """Open/close cycles as an unprivileged user; see the module doc."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+        done, err = 0, 0
+        while done < n and not err:
+            u = Uverbs(dev)
+            try:
+                err, drv = u.get_context()
+                if not err:
+                    # irdma_alloc_ucontext_resp.db_mmap_key: the doorbell page's mmap offset.
+                    key = struct.unpack_from("<Q", drv, 24)[0]
+                    try:
+                        mapping = mmap.mmap(u.fd, PAGE, mmap.MAP_SHARED,
+                                            mmap.PROT_READ | mmap.PROT_WRITE, offset=key)
+                        mapping.close()
+                        err, _ = u.alloc_pd()
+                    except OSError as e:
+                        err = errname(e.errno)
+            finally:
+                u.close()
+            if not err:
+                done += 1
+        os.write(w, f"{err} {done}\n".encode())
+        os._exit(0)
+    os.close(w)
+    line = os.read(r, 100).decode().split()
+    os.waitpid(pid, 0)
+    print(f"case nobody.context_cycles {line[0]} done={line[1]}", flush=True)
+    return 0
+
+
 def readonly_ring(dev, path) -> int:
     try:
         ReadonlyRing(dev, path).run()
@@ -1139,6 +1185,8 @@ def main() -> int:
         return 0
     if len(a) == 2 and a[0] == "context-quota":
         return context_quota(a[1])
+    if len(a) == 3 and a[0] == "context-cycles":
+        return context_cycles(a[1], int(a[2]))
     if len(a) == 3 and a[0] == "readonly-ring":
         return readonly_ring(a[1], a[2])
     if len(a) in (4, 5) and a[0] == "scenario" and (len(a) == 4 or a[4] == "leave-open"):
