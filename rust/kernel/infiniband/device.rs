@@ -316,6 +316,16 @@ impl<T: Driver> VTable<T> {
         } else {
             None
         },
+        reg_user_mr_dmabuf: if T::HAS_REG_USER_MR_DMABUF {
+            Some(mr::reg_user_mr_dmabuf::<T>)
+        } else {
+            None
+        },
+        rereg_user_mr: if T::HAS_REREG_USER_MR {
+            Some(mr::rereg_user_mr::<T>)
+        } else {
+            None
+        },
         dereg_mr: if T::HAS_DEREG_MR {
             Some(mr::dereg_mr::<T>)
         } else {

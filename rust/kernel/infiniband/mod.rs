@@ -208,6 +208,35 @@ pub trait Driver: Sized + Send + Sync + 'static {
         Err(EOPNOTSUPP)
     }
 
+    /// Registers `req.length` bytes at offset `req.start` of a dma-buf (`reg_user_mr_dmabuf`),
+    /// pinned by the exporter and mapped for the device as `umem`, in context `ctx`.
+    fn reg_user_mr_dmabuf(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _pd: &Self::Pd,
+        _req: &UserMrRequest,
+        _umem: Umem,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Self::Mr>> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Re-registers user memory region `old` (`rereg_user_mr`) as a new region in PD `pd`:
+    /// `req` holds what the consumer changed (translation, access rights) and what it kept
+    /// from `old`, pinned as `umem`. ib_core puts the new region in `old`'s place and then
+    /// deregisters `old` through [`Driver::dereg_mr`]; after an error `old` is unchanged.
+    fn rereg_user_mr(
+        _data: &Self::RegistrationData<'_>,
+        _ctx: &Self::UContext,
+        _old: &Self::Mr,
+        _pd: &Self::Pd,
+        _req: &UserMrRequest,
+        _umem: Umem,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Self::Mr>> {
+        Err(EOPNOTSUPP)
+    }
+
     /// Deregisters a memory region (`dereg_mr`); see [`Destroyed`] for what the abstraction
     /// does with `mr` after `Ok`. An error (e.g. `EBUSY` while something uses it) keeps the
     /// region.

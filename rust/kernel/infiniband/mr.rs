@@ -101,6 +101,10 @@ pub struct NewMr<M> {
 #[repr(C)]
 struct MrObject<T: Driver> {
     raw: Opaque<bindings::ib_mr>,
+    /// What a user registration of process memory was made of (`None` for the kernel's MRs
+    /// and dma-buf regions): a re-registration keeps the range or the access rights it does
+    /// not change.
+    user: Option<UserMrRequest>,
     data: T::Mr,
 }
 
@@ -149,7 +153,129 @@ pub(crate) unsafe extern "C" fn reg_user_mr<T: Driver>(
         // SAFETY: Called from an ib_core callback.
         let mr =
             unsafe { dev.with_data(|d| T::reg_user_mr(d, ctx, pd_data, &req, umem, &mut ud)) }?;
-        Ok(install::<T>(slot, mr))
+        Ok(install::<T>(slot, mr, Some(req)))
+    };
+    run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// `reg_user_mr_dmabuf`: registers `length` bytes at `offset` of dma-buf `fd`, pinned (the
+/// exporter keeps the pages in place until deregistration; exporters that can only move
+/// their buffers are refused by the dma-buf core).
+///
+/// # Safety
+///
+/// Called by ib_core (uverbs' `REG_DMABUF_MR` method) for a user PD of a device of driver `T`.
+pub(crate) unsafe extern "C" fn reg_user_mr_dmabuf<T: Driver>(
+    pd: *mut bindings::ib_pd,
+    offset: u64,
+    length: u64,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+    dmah: *mut bindings::ib_dmah,
+    attrs: *mut bindings::uverbs_attr_bundle,
+) -> *mut bindings::ib_mr {
+    let run = || -> Result<*mut bindings::ib_mr> {
+        if !dmah.is_null() || attrs.is_null() {
+            return Err(EOPNOTSUPP);
+        }
+        // SAFETY: `attrs` is the command's attribute bundle, valid for this call; its header
+        // is the active member of the union (the C side is a `struct_group`).
+        let udata = unsafe { &raw mut (*attrs).__bindgen_anon_1.__bindgen_anon_1.driver_udata };
+        // SAFETY: `udata` is embedded in that bundle.
+        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+        // SAFETY: As above.
+        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
+        let (ib, pd_data) = unsafe {
+            (
+                (*pd).device,
+                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: `ib` is a device of driver `T` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let req = UserMrRequest {
+            start: offset,
+            length,
+            iova,
+            access: Access(access as u32),
+        };
+        let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
+        // SAFETY: A uverbs command of the process that passed `fd`, on a live device.
+        let umem = unsafe { Umem::get_dmabuf_pinned(ib, offset, length, fd, req.access) }?;
+        // SAFETY: Called from an ib_core callback.
+        let mr = unsafe {
+            dev.with_data(|d| T::reg_user_mr_dmabuf(d, ctx, pd_data, &req, umem, &mut ud))
+        }?;
+        Ok(install::<T>(slot, mr, None))
+    };
+    run().unwrap_or_else(|e| e.to_ptr())
+}
+
+/// `rereg_user_mr`: changes the translation (`IB_MR_REREG_TRANS`), the PD or the access
+/// rights of a user registration.
+///
+/// Always by a new region, made before the old one goes (ib_core then puts it in the old
+/// one's place and deregisters the old one through `dereg_mr`): a failure leaves the old
+/// region exactly as it was, and no access the device is still carrying out under the old
+/// keys meets a half-changed region. The new region has new keys, which ib_core reports.
+///
+/// # Safety
+///
+/// Called by ib_core with a user MR of driver `T`, which uverbs holds exclusively for the
+/// call, and a user PD of the same context.
+pub(crate) unsafe extern "C" fn rereg_user_mr<T: Driver>(
+    mr: *mut bindings::ib_mr,
+    flags: c_int,
+    start: u64,
+    length: u64,
+    virt_addr: u64,
+    access: c_int,
+    pd: *mut bindings::ib_pd,
+    udata: *mut bindings::ib_udata,
+) -> *mut bindings::ib_mr {
+    let run = || -> Result<*mut bindings::ib_mr> {
+        // SAFETY: `udata` is null or valid for this call (callback contract).
+        let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
+        // SAFETY: As above.
+        let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
+        let obj = mr.cast::<MrObject<T>>();
+        // SAFETY: `mr` heads a live `MrObject<T>` (callback contract).
+        let (old, prev) = unsafe { (&(*obj).data, (*obj).user) };
+        // Only a registration of process memory has a range to keep: a dma-buf region has
+        // none (its range is in the buffer, not in the process), the kernel's MRs never get here.
+        let prev = prev.ok_or(EOPNOTSUPP)?;
+        let flags = flags as u32;
+        let trans = flags & bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS != 0;
+        let req = UserMrRequest {
+            start: if trans { start } else { prev.start },
+            length: if trans { length } else { prev.length },
+            iova: if trans { virt_addr } else { prev.iova },
+            access: if flags & bindings::ib_mr_rereg_flags_IB_MR_REREG_ACCESS != 0 {
+                Access(access as u32)
+            } else {
+                prev.access
+            },
+        };
+        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised (ib_core
+        // passes the MR's own PD when the consumer keeps it).
+        let (ib, pd_data) = unsafe {
+            (
+                (*pd).device,
+                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+            )
+        };
+        // SAFETY: `ib` is a device of driver `T` (callback contract).
+        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
+        // SAFETY: A uverbs command of the process that owns the memory, on a live device.
+        let umem = unsafe { Umem::get(ib, req.start, req.length, req.access) }?;
+        // SAFETY: Called from an ib_core callback.
+        let new = unsafe {
+            dev.with_data(|d| T::rereg_user_mr(d, ctx, old, pd_data, &req, umem, &mut ud))
+        }?;
+        Ok(install::<T>(slot, new, Some(req)))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -177,7 +303,7 @@ pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
             // SAFETY: As above; the data moves to the driver, as the device may still access
             // what the MR maps.
             let obj = unsafe { KBox::from_raw(obj) };
-            let MrObject { raw: _, data } = KBox::into_inner(obj);
+            let MrObject { raw: _, user: _, data } = KBox::into_inner(obj);
             // SAFETY: Called from an ib_core callback.
             unsafe { dev.with_data(|d| T::abandon(d, AbandonedObject::Mr(data))) };
             0
@@ -208,7 +334,7 @@ pub(crate) unsafe extern "C" fn get_dma_mr<T: Driver>(
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::get_dma_mr(d, pd_data, Access(access as u32))) }?;
-        Ok(install::<T>(slot, mr))
+        Ok(install::<T>(slot, mr, None))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -241,7 +367,7 @@ pub(crate) unsafe extern "C" fn alloc_mr<T: Driver>(
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::alloc_mr(d, pd_data, max_num_sg)) }?;
-        Ok(install::<T>(slot, mr))
+        Ok(install::<T>(slot, mr, None))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -299,12 +425,14 @@ pub(crate) unsafe extern "C" fn map_mr_sg<T: Driver>(
 fn install<T: Driver>(
     slot: KBox<core::mem::MaybeUninit<MrObject<T>>>,
     mr: NewMr<T::Mr>,
+    user: Option<UserMrRequest>,
 ) -> *mut bindings::ib_mr {
     let obj = KBox::write(
         slot,
         MrObject {
             // SAFETY: An all-zero `ib_mr` is the state ib_core expects from a provider.
             raw: unsafe { core::mem::zeroed() },
+            user,
             data: mr.value,
         },
     );

@@ -12,7 +12,9 @@ use core::ptr::NonNull;
 ///
 /// # Invariants
 ///
-/// `raw` came from `ib_umem_get_va()` and is released exactly once, on drop.
+/// `raw` came from `ib_umem_get_va()`, or is the `umem` of an `ib_umem_dmabuf` from
+/// `ib_umem_dmabuf_get_pinned()`, and is released exactly once, on drop (`ib_umem_release`
+/// releases either kind).
 pub struct Umem {
     raw: NonNull<bindings::ib_umem>,
 }
@@ -51,7 +53,36 @@ impl Umem {
         Ok(Self { raw })
     }
 
-    /// The user address the memory starts at.
+    /// Pins `len` bytes at `offset` of dma-buf `fd` for `ib` with IB access flags `access`
+    /// (`ib_umem_dmabuf_get_pinned`): the exporter keeps the pages where they are until the
+    /// region is released, and they are mapped for the device. An `fd` that is not a dma-buf
+    /// fails (`EBADF` or `EINVAL` from the dma-buf core), as does a range beyond the buffer.
+    ///
+    /// # Safety
+    ///
+    /// `ib` is a valid, registered `ib_device`, and the call is made from a uverbs command of
+    /// the process that passed `fd`.
+    pub(crate) unsafe fn get_dmabuf_pinned(
+        ib: *mut bindings::ib_device,
+        offset: u64,
+        len: u64,
+        fd: i32,
+        access: Access,
+    ) -> Result<Self> {
+        let offset = usize::try_from(offset)?;
+        let len = usize::try_from(len)?;
+        // SAFETY: Guaranteed by the caller; the function checks the fd, range and flags.
+        let d = from_err_ptr(unsafe {
+            bindings::ib_umem_dmabuf_get_pinned(ib, offset as _, len, fd, access.bits() as _)
+        })?;
+        // SAFETY: `d` is a live `ib_umem_dmabuf` just returned; its `umem` is what
+        // `ib_umem_release` takes back.
+        let raw = NonNull::new(unsafe { &raw mut (*d).umem }).ok_or(EFAULT)?;
+        // INVARIANT: `raw` is the `umem` of the `ib_umem_dmabuf` just returned.
+        Ok(Self { raw })
+    }
+
+    /// The user address the memory starts at (for a dma-buf, the offset in the buffer).
     pub fn address(&self) -> u64 {
         // SAFETY: `raw` is valid (type invariant); the field is immutable.
         unsafe { (*self.raw.as_ptr()).address as u64 }
