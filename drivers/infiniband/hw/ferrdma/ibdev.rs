@@ -878,6 +878,31 @@ impl infiniband::Driver for FerrdmaIb {
         data.reg_user_mr(ctx, pd, req, umem, udata)
     }
 
+    fn reg_user_mr_dmabuf(
+        data: &IbData<'_>,
+        _ctx: &UContext,
+        pd: &Pd,
+        req: &UserMrRequest,
+        umem: Umem,
+        _udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        // An ordinary memory region whose pages the exporter pinned: libirdma sends no driver
+        // data with it (ring registrations are never dma-bufs).
+        data.reg_mem(pd, req, umem)
+    }
+
+    fn rereg_user_mr(
+        data: &IbData<'_>,
+        _ctx: &UContext,
+        old: &Mr,
+        pd: &Pd,
+        req: &UserMrRequest,
+        umem: Umem,
+        udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        data.rereg_user_mr(old, pd, req, umem, udata)
+    }
+
     fn dereg_mr(data: &IbData<'_>, mr: &Mr) -> Result<Destroyed> {
         data.dereg_mr(mr)
     }

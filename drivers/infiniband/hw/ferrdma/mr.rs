@@ -271,7 +271,12 @@ impl IbData<'_> {
         })
     }
 
-    fn reg_mem(&self, pd: &Pd, req: &UserMrRequest, mut umem: Umem) -> Result<NewMr<Mr>> {
+    pub(crate) fn reg_mem(
+        &self,
+        pd: &Pd,
+        req: &UserMrRequest,
+        mut umem: Umem,
+    ) -> Result<NewMr<Mr>> {
         let access = mr_access(req.access)?;
         // The device writes an MR only with one of these rights (RECV scatter and RDMA READ
         // responses need LOCAL_WRITE, inbound RDMA WRITE needs REMOTE_WRITE), and ib_core
@@ -347,6 +352,35 @@ impl IbData<'_> {
 
     /// Deregisters an MR; on a dead device the MR is forgotten and what it maps abandoned
     /// (see [`IbData::retire`]).
+    /// `rereg_user_mr`: the new registration of a memory region (the abstraction keeps the
+    /// old one until this has succeeded). Ring registrations are not memory regions: the one
+    /// a QP or CQ uses is busy (`EBUSY`), any other is refused with `EINVAL`, as are the
+    /// kernel's MRs.
+    pub(crate) fn rereg_user_mr(
+        &self,
+        old: &Mr,
+        pd: &Pd,
+        req: &UserMrRequest,
+        umem: Umem,
+        udata: &mut UData<'_>,
+    ) -> Result<NewMr<Mr>> {
+        match old {
+            Mr::Mem { .. } => {}
+            Mr::Ring(ring) if ring.users.load(Relaxed) != 0 => return Err(EBUSY),
+            _ => return Err(EINVAL),
+        }
+        // libirdma sends the registration request again, always for an ordinary region.
+        if udata.inlen() < MemRegReq::SIZE {
+            return Err(EINVAL);
+        }
+        let mut b = [0u8; MemRegReq::SIZE];
+        udata.read_in(&mut b)?;
+        if MemRegReq::decode(&b).reg_type != abi::MEMREG_TYPE_MEM {
+            return Err(EINVAL);
+        }
+        self.reg_mem(pd, req, umem)
+    }
+
     pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result<Destroyed> {
         match mr {
             Mr::Mem { stag, .. } => {
