@@ -112,6 +112,12 @@ events_main() {
 	limits)
 		"$progs/limits" "$EVENTS_DEV" "$@" || fail "limits on $EVENTS_DEV failed"
 		;;
+	rereg-mr)
+		"$progs/rereg-mr" "$EVENTS_DEV" "$@" || fail "rereg-mr on $EVENTS_DEV failed"
+		;;
+	dmabuf-mr)
+		"$progs/dmabuf-mr" "$EVENTS_DEV" "$@" || fail "dmabuf-mr on $EVENTS_DEV failed"
+		;;
 	async)
 		"$progs/async-events" "$EVENTS_DEV" -e port-err,port-active "$@" -- \
 			bash -c "sleep 1; $EVENTS_LINK_TOGGLE" ||

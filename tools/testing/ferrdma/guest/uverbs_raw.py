@@ -59,6 +59,7 @@ CMD_DEALLOC_PD = 4
 CMD_CREATE_AH = 5
 CMD_DESTROY_AH = 8
 CMD_REG_MR = 9
+CMD_REREG_MR = 11
 CMD_DEREG_MR = 13
 CMD_CREATE_CQ = 18
 CMD_RESIZE_CQ = 19
@@ -111,6 +112,7 @@ U32_MAX = 0xffffffff
 BOGUS_HANDLE = 0xdeadbeef
 
 PAGE = 4096
+REREG_TRANS, REREG_PD, REREG_ACCESS = 1, 2, 4
 ROCE_SQ_RESERVED, ROCE_RQ_RESERVED = 258, 1
 
 
@@ -269,6 +271,14 @@ class Uverbs:
         if e:
             return e, None
         return e, struct.unpack("<III", r)
+
+    def rereg_mr(self, mr, flags, start=0, length=0, iova=None, pd=0, access=0, drv=None):
+        """REREG_MR of MR handle `mr`. drv: irdma_mem_reg_req bytes (None: no driver data).
+        Returns (errno, (lkey, rkey))."""
+        core = struct.pack("<QIIQQQII", 0, mr, flags, start, length,
+                           start if iova is None else iova, pd, access)
+        e, r, _ = self.write(CMD_REREG_MR, core, drv or b"", 8)
+        return e, (struct.unpack("<II", r) if not e else None)
 
     def dereg_mr(self, mr):
         return self.write(CMD_DEREG_MR, struct.pack("<I", mr), has_resp=False)[0]
@@ -632,6 +642,59 @@ class Scenario:
         self.case("dereg_mr.cq_resize_ring_in_use", u.dereg_mr(new_mr))
         self.cq_ring_mr, self.cq_ring_buf = new_mr, new
 
+    def rereg_cases(self):
+        """REREG_MR: what it may change, what it must refuse, and that a refusal leaves the
+        region working (it deregisters)."""
+        u, pd = self.u, self.pd
+        mem = memreg(MEMREG_MEM)
+        rw = ACC_LOCAL_WRITE | ACC_REMOTE_WRITE
+        buf, other = mmap_pages(4), mmap_pages(4)
+        mr = self.need("rereg_mr.setup_mr", u.reg_mr(pd, buf, 4 * PAGE, mem, access=rw))
+        pd2 = self.need("rereg_mr.setup_pd2", u.alloc_pd())
+        h, keys = mr[0], mr[1:]
+        e, k = u.rereg_mr(h, REREG_ACCESS, access=ACC_LOCAL_WRITE | ACC_REMOTE_READ, drv=mem)
+        self.case("rereg_mr.access", e, new_keys=int(bool(k and k != tuple(keys))))
+        e, k = u.rereg_mr(h, REREG_TRANS, other + 64, 2 * PAGE, iova=0x7000040, drv=mem)
+        self.case("rereg_mr.translation", e, lkey_is_rkey=int(bool(k and k[0] == k[1])))
+        self.case("rereg_mr.pd", u.rereg_mr(h, REREG_PD, pd=pd2, drv=mem)[0])
+        self.case("rereg_mr.all_three",
+                  u.rereg_mr(h, REREG_TRANS | REREG_PD | REREG_ACCESS, buf, 4 * PAGE, pd=pd,
+                             access=rw, drv=mem)[0])
+        self.case("rereg_mr.flags_0", u.rereg_mr(h, 0, drv=mem)[0])
+        self.case("rereg_mr.flags_8", u.rereg_mr(h, 8, drv=mem)[0])
+        self.case("rereg_mr.offsets_differ",
+                  u.rereg_mr(h, REREG_TRANS, buf + 64, PAGE, iova=0x7000000, drv=mem)[0])
+        self.case("rereg_mr.length_0", u.rereg_mr(h, REREG_TRANS, buf, 0, drv=mem)[0])
+        self.case("rereg_mr.unmapped",
+                  u.rereg_mr(h, REREG_TRANS, unmapped_address(), PAGE, drv=mem)[0])
+        self.case("rereg_mr.atomic",
+                  u.rereg_mr(h, REREG_ACCESS, access=ACC_LOCAL_WRITE | ACC_REMOTE_ATOMIC,
+                             drv=mem)[0])
+        self.case("rereg_mr.no_udata", u.rereg_mr(h, REREG_ACCESS, access=rw)[0])
+        self.case("rereg_mr.short_udata", u.rereg_mr(h, REREG_ACCESS, access=rw, drv=bytes(4))[0])
+        self.case("rereg_mr.type_qp",
+                  u.rereg_mr(h, REREG_ACCESS, access=rw,
+                             drv=memreg(MEMREG_QP, rq_pages=1, sq_pages=1))[0])
+        self.case("rereg_mr.bogus_pd", u.rereg_mr(h, REREG_PD, pd=BOGUS_HANDLE, drv=mem)[0])
+        self.case("rereg_mr.bogus_handle",
+                  u.rereg_mr(BOGUS_HANDLE, REREG_ACCESS, access=rw, drv=mem)[0])
+        self.case("rereg_mr.pd_handle", u.rereg_mr(pd2, REREG_ACCESS, access=rw, drv=mem)[0])
+        # Ring registrations are no memory regions: busy while their CQ lives.
+        ring, shadow, ring_mr, shadow_mr = self.cq_mem(pd, "rereg_mr.cq_ring")
+        cq = self.need("rereg_mr.create_cq", u.create_cq(8, cq_req(ring, shadow)))[0]
+        self.case("rereg_mr.cq_ring_in_use",
+                  u.rereg_mr(ring_mr, REREG_ACCESS, access=rw, drv=mem)[0])
+        unused, unused_mr = self.ring_mr(pd, "rereg_mr.reg_cq_ring_unused", 1,
+                                         memreg(MEMREG_CQ, cq_pages=1))
+        self.case("rereg_mr.cq_ring_unused",
+                  u.rereg_mr(unused_mr, REREG_ACCESS, access=rw, drv=mem)[0])
+        self.case("rereg_mr.destroy_cq", u.destroy_cq(cq))
+        for name, m in (("ring", ring_mr), ("shadow", shadow_mr), ("unused", unused_mr)):
+            self.case(f"rereg_mr.dereg_{name}", u.dereg_mr(m))
+        # After every refusal the region is still there, and goes.
+        self.case("rereg_mr.dereg_after_refusals", u.dereg_mr(h))
+        self.case("rereg_mr.dealloc_pd2", u.dealloc_pd(pd2))
+
     def cq_verb_cases(self):
         """POLL_CQ and REQ_NOTIFY_CQ (kernel verbs) on the user CQ self.cq and on handles
         that are not a CQ."""
@@ -927,6 +990,7 @@ class Scenario:
         self.pd_cases()
         self.mr_cases()
         self.cq_cases()
+        self.rereg_cases()
         self.qp_cases()
         self.ah_cases()
         self.teardown()

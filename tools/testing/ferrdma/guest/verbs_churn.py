@@ -6,8 +6,8 @@
 
 Keeps a random population of open contexts, each with PDs, CQs, MRs (pinned user memory of
 random size and access) and RC/UD QPs (random caps, some moved to INIT), and OPERATIONS
-times creates, resizes (a CQ) or destroys one of them, or closes a whole context with whatever it still holds
-(as a process exit would). pyverbs destroys dependants first (QPs before their CQs and PD,
+times creates, resizes (a CQ), re-registers (an MR's access rights) or destroys one of them,
+or closes a whole context with whatever it still holds (as a process exit would). pyverbs destroys dependants first (QPs before their CQs and PD,
 MRs before their PD), the order libirdma itself uses. Prints a summary line; exits non-zero on
 the first unexpected error. With "exit", the process ends without closing what is still open,
 so the kernel's cleanup of a dying process's uverbs files destroys the rest. With "faults"
@@ -83,7 +83,7 @@ def main() -> int:
     faults = sys.argv[4:] == ["faults"]
     rng = random.Random(seed)
     ctxs: list[Ctx] = []
-    n = {k: 0 for k in ("ctx", "pd", "cq", "resize", "mr", "qp", "close", "refused")}
+    n = {k: 0 for k in ("ctx", "pd", "cq", "resize", "mr", "rereg", "qp", "close", "refused")}
     for _ in range(ops):
         try:
             step(rng, dev, ctxs, n)
@@ -135,7 +135,13 @@ def step(rng: random.Random, dev: str, ctxs: list[Ctx], n: dict[str, int]) -> No
         else:
             c.drop_cq(rng.choice(c.cqs))
     elif r < 0.62:
-        if c.pds and len(c.mrs) < MAX_PER_KIND:
+        if c.mrs and rng.random() < 0.2:
+            # ibv_rereg_mr of the access rights: a new registration, then the old one goes
+            # (a refused one must leave the old one as it was).
+            rng.choice(c.mrs)[1].rereg(e.IBV_REREG_MR_CHANGE_ACCESS, None, 0, 0,
+                                       rng.choice(access))
+            n["rereg"] += 1
+        elif c.pds and len(c.mrs) < MAX_PER_KIND:
             pd = rng.choice(c.pds)
             size = rng.choice([1, 4096, 5000, 65536, 1 << 20, rng.randint(1, 300000)])
             c.mrs.append((pd, MR(pd, size, rng.choice(access))))

@@ -23,7 +23,7 @@ cache=${FERRDMA_CACHE:-/ferrdma/cache}
 CC=${CC:-cc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread"
 programs=(solicited-events event-stress async-events destroy-race error-events uverbs-fuzz qkey-spoof
-	verbs-datacheck removal-holder cq-resize limits)
+	verbs-datacheck removal-holder cq-resize limits rereg-mr dmabuf-mr)
 
 cd "$here"
 key=$({ sha256sum ./*.c ./*.h build.sh; "$CC" --version | sed -n 1p; echo "$CFLAGS"; } |

@@ -343,6 +343,27 @@ static void do_reg_mr(struct worker *w)
 		remember(&w->mr, ((struct ib_uverbs_reg_mr_resp *)w->resp)->mr_handle);
 }
 
+static void do_rereg_mr(struct worker *w)
+{
+	struct ib_uverbs_rereg_mr core = { 0 };
+	uint8_t drv[32] = { 0 };
+	struct irdma_mem_reg_req *req = (void *)drv;
+	size_t len, drv_len;
+
+	core.mr_handle = pick(w, &w->mr);
+	core.flags = chance(&w->rng, 80) ? 1 + below(&w->rng, 7) : any_u32(&w->rng);
+	core.start = some_addr(w, &len);
+	core.length = chance(&w->rng, 80) ? len : any_u32(&w->rng);
+	core.hca_va = chance(&w->rng, 80) ? core.start : rnd(&w->rng);
+	core.pd_handle = pick(w, &w->pd);
+	core.access_flags = chance(&w->rng, 60) ? IB_UVERBS_ACCESS_LOCAL_WRITE |
+		(below(&w->rng, 8) << 1) : any_u32(&w->rng);
+	req->reg_type = chance(&w->rng, 80) ? IRDMA_MEMREG_TYPE_MEM : (uint16_t)below(&w->rng, 4);
+	drv_len = mangle(w, drv, sizeof(*req), sizeof(drv));
+	cmd(w, IB_USER_VERBS_CMD_REREG_MR, &core, sizeof(core), drv, drv_len,
+	    sizeof(struct ib_uverbs_rereg_mr_resp) / 4);
+}
+
 static void do_dereg_mr(struct worker *w)
 {
 	struct ib_uverbs_dereg_mr core = { .mr_handle = pick(w, &w->mr) };
@@ -742,6 +763,8 @@ static void worker_run(struct worker *w, uint64_t budget)
 			do_dealloc_pd(w);
 		} else if (a < 300) {
 			do_reg_mr(w);
+		} else if (a < 320) {
+			do_rereg_mr(w);
 		} else if (a < 340) {
 			do_dereg_mr(w);
 		} else if (a < 420) {

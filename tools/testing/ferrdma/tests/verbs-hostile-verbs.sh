@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # ferrdma-test: vms=1 timeout=600 kasan=yes
 #
-# Hostile udata and attributes on REG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP,
+# Hostile udata and attributes on REG_MR, REREG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP,
 # MODIFY_QP, DESTROY_QP, CREATE_AH and DESTROY_AH, sent raw (guest/uverbs_raw.py scenario: legacy
 # uverbs write commands on one uverbs file, buffers mmap()ed by the script, no libibverbs):
 # every bad request gets the errno listed below, the valid ones work (the create_qp response
@@ -99,6 +99,36 @@ resize_cq.current_ring EPROTO # claimed by the CQ
 resize_cq.shadow_as_ring EPROTO # claimed by the CQ
 resize_cq.bogus_handle ENOENT # (core)
 resize_cq.pd_handle EINVAL # (core), not a CQ
+rereg_mr.setup_mr 0
+rereg_mr.setup_pd2 0
+rereg_mr.access 0 new_keys=1 # a new region under new keys, made before the old one goes
+rereg_mr.translation 0 lkey_is_rkey=1
+rereg_mr.pd 0
+rereg_mr.all_three 0
+rereg_mr.flags_0 EINVAL # (core)
+rereg_mr.flags_8 EOPNOTSUPP # (core)
+rereg_mr.offsets_differ EINVAL # (core) start and hca_va at different page offsets
+rereg_mr.length_0 EINVAL
+rereg_mr.unmapped EFAULT # from pinning
+rereg_mr.atomic EOPNOTSUPP # the device has no atomics
+rereg_mr.no_udata EINVAL
+rereg_mr.short_udata EINVAL
+rereg_mr.type_qp EINVAL # libirdma re-registers ordinary regions only
+rereg_mr.bogus_pd ENOENT # (core)
+rereg_mr.bogus_handle ENOENT # (core)
+rereg_mr.pd_handle EINVAL # (core), not an MR
+rereg_mr.cq_ring 0
+rereg_mr.cq_ring.shadow 0
+rereg_mr.create_cq 0
+rereg_mr.cq_ring_in_use EBUSY
+rereg_mr.reg_cq_ring_unused 0
+rereg_mr.cq_ring_unused EINVAL # a ring registration is no memory region
+rereg_mr.destroy_cq 0
+rereg_mr.dereg_ring 0
+rereg_mr.dereg_shadow 0
+rereg_mr.dereg_unused 0
+rereg_mr.dereg_after_refusals 0 # every refusal left the region as it was
+rereg_mr.dealloc_pd2 0
 resize_cq.valid 0 cqe=256
 dereg_mr.cq_ring_after_resize 0
 dereg_mr.cq_resize_ring_in_use EBUSY
