@@ -97,14 +97,23 @@ pub struct NewMr<M> {
     pub rkey: u32,
 }
 
+/// What a memory region was made of, as far as a re-registration needs to know.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// The kernel's own (the DMA MR, fast-registration MRs): never re-registered.
+    Kernel,
+    /// Process memory, as this request asked: a re-registration keeps the range or the
+    /// access rights it does not change.
+    User(UserMrRequest),
+    /// A dma-buf (`start` is an offset in the buffer): cannot be re-registered.
+    DmaBuf(UserMrRequest),
+}
+
 /// The allocation of a memory region of driver `T`.
 #[repr(C)]
 struct MrObject<T: Driver> {
     raw: Opaque<bindings::ib_mr>,
-    /// What a user registration of process memory was made of (`None` for the kernel's MRs
-    /// and dma-buf regions): a re-registration keeps the range or the access rights it does
-    /// not change.
-    user: Option<UserMrRequest>,
+    source: Source,
     data: T::Mr,
 }
 
@@ -153,7 +162,7 @@ pub(crate) unsafe extern "C" fn reg_user_mr<T: Driver>(
         // SAFETY: Called from an ib_core callback.
         let mr =
             unsafe { dev.with_data(|d| T::reg_user_mr(d, ctx, pd_data, &req, umem, &mut ud)) }?;
-        Ok(install::<T>(slot, mr, Some(req)))
+        Ok(install::<T>(slot, mr, Source::User(req)))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -208,7 +217,7 @@ pub(crate) unsafe extern "C" fn reg_user_mr_dmabuf<T: Driver>(
         let mr = unsafe {
             dev.with_data(|d| T::reg_user_mr_dmabuf(d, ctx, pd_data, &req, umem, &mut ud))
         }?;
-        Ok(install::<T>(slot, mr, None))
+        Ok(install::<T>(slot, mr, Source::DmaBuf(req)))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -242,10 +251,14 @@ pub(crate) unsafe extern "C" fn rereg_user_mr<T: Driver>(
         let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
         let obj = mr.cast::<MrObject<T>>();
         // SAFETY: `mr` heads a live `MrObject<T>` (callback contract).
-        let (old, prev) = unsafe { (&(*obj).data, (*obj).user) };
-        // Only a registration of process memory has a range to keep: a dma-buf region has
-        // none (its range is in the buffer, not in the process), the kernel's MRs never get here.
-        let prev = prev.ok_or(EOPNOTSUPP)?;
+        let (old, source) = unsafe { (&(*obj).data, (*obj).source) };
+        let prev = match source {
+            Source::User(prev) => prev,
+            // Its range is in the buffer, not in the process.
+            Source::DmaBuf(_) => return Err(EOPNOTSUPP),
+            // The kernel's MRs never come here.
+            Source::Kernel => return Err(EINVAL),
+        };
         let flags = flags as u32;
         let trans = flags & bindings::ib_mr_rereg_flags_IB_MR_REREG_TRANS != 0;
         let req = UserMrRequest {
@@ -275,7 +288,7 @@ pub(crate) unsafe extern "C" fn rereg_user_mr<T: Driver>(
         let new = unsafe {
             dev.with_data(|d| T::rereg_user_mr(d, ctx, old, pd_data, &req, umem, &mut ud))
         }?;
-        Ok(install::<T>(slot, new, Some(req)))
+        Ok(install::<T>(slot, new, Source::User(req)))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -303,7 +316,11 @@ pub(crate) unsafe extern "C" fn dereg_mr<T: Driver>(
             // SAFETY: As above; the data moves to the driver, as the device may still access
             // what the MR maps.
             let obj = unsafe { KBox::from_raw(obj) };
-            let MrObject { raw: _, user: _, data } = KBox::into_inner(obj);
+            let MrObject {
+                raw: _,
+                source: _,
+                data,
+            } = KBox::into_inner(obj);
             // SAFETY: Called from an ib_core callback.
             unsafe { dev.with_data(|d| T::abandon(d, AbandonedObject::Mr(data))) };
             0
@@ -334,7 +351,7 @@ pub(crate) unsafe extern "C" fn get_dma_mr<T: Driver>(
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::get_dma_mr(d, pd_data, Access(access as u32))) }?;
-        Ok(install::<T>(slot, mr, None))
+        Ok(install::<T>(slot, mr, Source::Kernel))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -367,7 +384,7 @@ pub(crate) unsafe extern "C" fn alloc_mr<T: Driver>(
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::alloc_mr(d, pd_data, max_num_sg)) }?;
-        Ok(install::<T>(slot, mr, None))
+        Ok(install::<T>(slot, mr, Source::Kernel))
     };
     run().unwrap_or_else(|e| e.to_ptr())
 }
@@ -425,14 +442,14 @@ pub(crate) unsafe extern "C" fn map_mr_sg<T: Driver>(
 fn install<T: Driver>(
     slot: KBox<core::mem::MaybeUninit<MrObject<T>>>,
     mr: NewMr<T::Mr>,
-    user: Option<UserMrRequest>,
+    source: Source,
 ) -> *mut bindings::ib_mr {
     let obj = KBox::write(
         slot,
         MrObject {
             // SAFETY: An all-zero `ib_mr` is the state ib_core expects from a provider.
             raw: unsafe { core::mem::zeroed() },
-            user,
+            source,
             data: mr.value,
         },
     );
@@ -441,6 +458,12 @@ fn install<T: Driver>(
     unsafe {
         (*raw).lkey = mr.lkey;
         (*raw).rkey = mr.rkey;
+        // ib_core sets these after `reg_user_mr`, but not for a dma-buf region or the
+        // region a rereg makes.
+        if let Source::User(req) | Source::DmaBuf(req) = source {
+            (*raw).iova = req.iova;
+            (*raw).length = req.length;
+        }
     }
     raw
 }
