@@ -179,6 +179,27 @@ static void rereg(struct ctx *c, int flags, struct ibv_pd *pd, void *addr, size_
 		tp_die("ibv_rereg_mr (%s): %d (%s)", what, ret, strerror(errno));
 }
 
+/* `rdma res show mr` lists the MR under @rkey with length @len (ib_mr.length). */
+static void expect_res_length(uint32_t rkey, size_t len, const char *what)
+{
+	char line[1024], key[32], want[48];
+	int found = 0;
+	FILE *f = popen("rdma res show mr", "r");
+
+	if (!f)
+		tp_die("popen(rdma res show mr): %s", strerror(errno));
+	snprintf(key, sizeof(key), "rkey 0x%x ", rkey);
+	snprintf(want, sizeof(want), "mrlen %zu ", len);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, key)) {
+			found = 1;
+			if (!strstr(line, want))
+				tp_die("%s: rdma res shows %s", what, line);
+		}
+	if (pclose(f) || !found)
+		tp_die("%s: rdma res show mr lists no MR with rkey %#x", what, rkey);
+}
+
 static void check_translation(struct ctx *c, struct pair *p)
 {
 	uint32_t old_rkey = c->mr->rkey;
@@ -189,7 +210,8 @@ static void check_translation(struct ctx *c, struct pair *p)
 	memset(c->a, FILL_A, A_LEN);
 	write_lands(c, p, 2, c->b, B_LEN, FILL_B, PAGE + 300, 2000, "translation: WRITE into B");
 	expect_bytes("translation: buffer A", c->a, A_LEN, FILL_A, -1, 0, 0);
-	tp_note("translation: rereg to B (rkey %#x -> %#x), a WRITE landed in B, A untouched",
+	expect_res_length(c->mr->rkey, B_LEN, "translation: the kernel's view of the new MR");
+	tp_note("translation: rereg to B (rkey %#x -> %#x), a WRITE landed in B, A untouched; rdma res shows its new length",
 		old_rkey, c->mr->rkey);
 	if (c->mr->rkey != old_rkey)
 		write_refused(c, c->dev.pd, (uintptr_t)c->a, old_rkey,
