@@ -271,6 +271,8 @@ impl IbData<'_> {
         })
     }
 
+    /// Registers `umem` as an ordinary memory region (user memory or a dma-buf) in PD `pd`
+    /// under a new STag: the largest page size the memory allows, a page list for the rest.
     pub(crate) fn reg_mem(
         &self,
         pd: &Pd,
@@ -350,8 +352,6 @@ impl IbData<'_> {
         Ok((index, stag))
     }
 
-    /// Deregisters an MR; on a dead device the MR is forgotten and what it maps abandoned
-    /// (see [`IbData::retire`]).
     /// `rereg_user_mr`: the new registration of a memory region (the abstraction keeps the
     /// old one until this has succeeded). Ring registrations are not memory regions: the one
     /// a QP or CQ uses is busy (`EBUSY`), any other is refused with `EINVAL`, as are the
@@ -381,6 +381,8 @@ impl IbData<'_> {
         self.reg_mem(pd, req, umem)
     }
 
+    /// Deregisters an MR; on a dead device the MR is forgotten and what it maps abandoned
+    /// (see [`IbData::retire`]).
     pub(crate) fn dereg_mr(&self, mr: &Mr) -> Result<Destroyed> {
         match mr {
             Mr::Mem { stag, .. } => {
