@@ -117,6 +117,26 @@ struct MrObject<T: Driver> {
     data: T::Mr,
 }
 
+/// The `ib_device`, the [`Device`] and the driver's data of PD `pd`, which every MR callback
+/// starts from.
+///
+/// # Safety
+///
+/// `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised, and stays so for `'a`.
+unsafe fn pd_parts<'a, T: Driver>(
+    pd: *mut bindings::ib_pd,
+) -> (*mut bindings::ib_device, &'a Device<T>, &'a T::Pd) {
+    // SAFETY: Guaranteed by the caller.
+    let (ib, pd_data) = unsafe {
+        (
+            (*pd).device,
+            (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
+        )
+    };
+    // SAFETY: `ib` is the device of a PD of driver `T`, so a device of driver `T`.
+    (ib, unsafe { Device::<T>::from_raw(ib) }, pd_data)
+}
+
 /// `reg_user_mr`.
 ///
 /// # Safety
@@ -139,15 +159,8 @@ pub(crate) unsafe extern "C" fn reg_user_mr<T: Driver>(
         let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
         // SAFETY: As above.
         let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
-        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
-        let (ib, pd_data) = unsafe {
-            (
-                (*pd).device,
-                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
-            )
-        };
-        // SAFETY: `ib` is a device of driver `T` (callback contract).
-        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `pd` is a live PD of a device of driver `T` (callback contract).
+        let (ib, dev, pd_data) = unsafe { pd_parts::<T>(pd) };
         let access = Access(access as u32);
         let req = UserMrRequest {
             start,
@@ -195,15 +208,8 @@ pub(crate) unsafe extern "C" fn reg_user_mr_dmabuf<T: Driver>(
         let ctx = unsafe { udata_context::<T>(udata) }.ok_or(EOPNOTSUPP)?;
         // SAFETY: As above.
         let mut ud = unsafe { UData::from_raw(udata) }.ok_or(EINVAL)?;
-        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
-        let (ib, pd_data) = unsafe {
-            (
-                (*pd).device,
-                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
-            )
-        };
-        // SAFETY: `ib` is a device of driver `T` (callback contract).
-        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `pd` is a live PD of a device of driver `T` (callback contract).
+        let (ib, dev, pd_data) = unsafe { pd_parts::<T>(pd) };
         let req = UserMrRequest {
             start: offset,
             length,
@@ -271,16 +277,9 @@ pub(crate) unsafe extern "C" fn rereg_user_mr<T: Driver>(
                 prev.access
             },
         };
-        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised (ib_core
+        // SAFETY: `pd` is a live PD of a device of driver `T` (callback contract; ib_core
         // passes the MR's own PD when the consumer keeps it).
-        let (ib, pd_data) = unsafe {
-            (
-                (*pd).device,
-                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
-            )
-        };
-        // SAFETY: `ib` is a device of driver `T` (callback contract).
-        let dev = unsafe { Device::<T>::from_raw(ib) };
+        let (ib, dev, pd_data) = unsafe { pd_parts::<T>(pd) };
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: A uverbs command of the process that owns the memory, on a live device.
         let umem = unsafe { Umem::get(ib, req.start, req.length, req.access) }?;
@@ -339,15 +338,8 @@ pub(crate) unsafe extern "C" fn get_dma_mr<T: Driver>(
     access: c_int,
 ) -> *mut bindings::ib_mr {
     let run = || -> Result<*mut bindings::ib_mr> {
-        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
-        let (ib, pd_data) = unsafe {
-            (
-                (*pd).device,
-                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
-            )
-        };
-        // SAFETY: `ib` is a device of driver `T` (callback contract).
-        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `pd` is a live PD of a device of driver `T` (callback contract).
+        let (_, dev, pd_data) = unsafe { pd_parts::<T>(pd) };
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::get_dma_mr(d, pd_data, Access(access as u32))) }?;
@@ -372,15 +364,8 @@ pub(crate) unsafe extern "C" fn alloc_mr<T: Driver>(
         if mr_type != bindings::ib_mr_type_IB_MR_TYPE_MEM_REG {
             return Err(EOPNOTSUPP);
         }
-        // SAFETY: `pd` is a live PD of a `Device<T>` that `alloc_pd` initialised.
-        let (ib, pd_data) = unsafe {
-            (
-                (*pd).device,
-                (*pd.cast::<PdObject<T>>()).data.assume_init_ref(),
-            )
-        };
-        // SAFETY: `ib` is a device of driver `T` (callback contract).
-        let dev = unsafe { Device::<T>::from_raw(ib) };
+        // SAFETY: `pd` is a live PD of a device of driver `T` (callback contract).
+        let (_, dev, pd_data) = unsafe { pd_parts::<T>(pd) };
         let slot = KBox::<MrObject<T>>::new_uninit(GFP_KERNEL)?;
         // SAFETY: Called from an ib_core callback.
         let mr = unsafe { dev.with_data(|d| T::alloc_mr(d, pd_data, max_num_sg)) }?;
