@@ -311,20 +311,32 @@ static void do_dealloc_pd(struct worker *w)
 	cmd(w, IB_USER_VERBS_CMD_DEALLOC_PD, &core, sizeof(core), NULL, 0, 0);
 }
 
+/*
+ * The range, PD and access rights of a registration or re-registration: mostly a buffer of the
+ * worker's (or a hole, a read-only page) with its own address as iova, sometimes any values.
+ */
+static void mr_args(struct worker *w, __u64 *start, __u64 *length, __u64 *hca_va, __u32 *pd,
+		    __u32 *access)
+{
+	size_t len;
+
+	*start = some_addr(w, &len);
+	*length = chance(&w->rng, 80) ? len : any_u32(&w->rng);
+	*hca_va = chance(&w->rng, 80) ? *start : rnd(&w->rng);
+	*pd = pick(w, &w->pd);
+	*access = chance(&w->rng, 60) ? IB_UVERBS_ACCESS_LOCAL_WRITE | (below(&w->rng, 8) << 1) :
+		any_u32(&w->rng);
+}
+
 static void do_reg_mr(struct worker *w)
 {
 	struct ib_uverbs_reg_mr core = { 0 };
 	uint8_t drv[32] = { 0 };
 	struct irdma_mem_reg_req *req = (void *)drv;
-	size_t len, drv_len;
+	size_t drv_len;
 	uint32_t pages;
 
-	core.start = some_addr(w, &len);
-	core.length = chance(&w->rng, 80) ? len : any_u32(&w->rng);
-	core.hca_va = chance(&w->rng, 80) ? core.start : rnd(&w->rng);
-	core.pd_handle = pick(w, &w->pd);
-	core.access_flags = chance(&w->rng, 60) ? IB_UVERBS_ACCESS_LOCAL_WRITE |
-		(below(&w->rng, 8) << 1) : any_u32(&w->rng);
+	mr_args(w, &core.start, &core.length, &core.hca_va, &core.pd_handle, &core.access_flags);
 	pages = (uint32_t)((core.length + PAGE - 1) / PAGE);
 	req->reg_type = (uint16_t)below(&w->rng, 4);	/* MEM, QP, CQ and one too far */
 	switch (req->reg_type) {
@@ -348,16 +360,11 @@ static void do_rereg_mr(struct worker *w)
 	struct ib_uverbs_rereg_mr core = { 0 };
 	uint8_t drv[32] = { 0 };
 	struct irdma_mem_reg_req *req = (void *)drv;
-	size_t len, drv_len;
+	size_t drv_len;
 
 	core.mr_handle = pick(w, &w->mr);
 	core.flags = chance(&w->rng, 80) ? 1 + below(&w->rng, 7) : any_u32(&w->rng);
-	core.start = some_addr(w, &len);
-	core.length = chance(&w->rng, 80) ? len : any_u32(&w->rng);
-	core.hca_va = chance(&w->rng, 80) ? core.start : rnd(&w->rng);
-	core.pd_handle = pick(w, &w->pd);
-	core.access_flags = chance(&w->rng, 60) ? IB_UVERBS_ACCESS_LOCAL_WRITE |
-		(below(&w->rng, 8) << 1) : any_u32(&w->rng);
+	mr_args(w, &core.start, &core.length, &core.hca_va, &core.pd_handle, &core.access_flags);
 	req->reg_type = chance(&w->rng, 80) ? IRDMA_MEMREG_TYPE_MEM : (uint16_t)below(&w->rng, 4);
 	drv_len = mangle(w, drv, sizeof(*req), sizeof(drv));
 	cmd(w, IB_USER_VERBS_CMD_REREG_MR, &core, sizeof(core), drv, drv_len,
