@@ -68,6 +68,10 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(RegMr, pages), 40);
     assert_eq!(offset_of!(GidCmd, gid), 16);
     assert_eq!(offset_of!(GidCmd, mac), 32);
+    assert_eq!(offset_of!(McastCmd, qp_id), 8);
+    assert_eq!(offset_of!(McastCmd, gid), 16);
+    assert_eq!(offset_of!(Caps, max_mcast_grp), 102);
+    assert_eq!(offset_of!(Caps, max_mcast_qp_attach), 104);
     assert_eq!(offset_of!(SetPort, mac), 8);
     assert_eq!(offset_of!(SetPort, link), 14);
     assert_eq!(offset_of!(SetPort, mtu), 15);
@@ -145,7 +149,7 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!(stag_index(0xabcd12), 0xabcd);
     // Offsets the 1.x driver uses are unchanged.
     assert_eq!((REG_ID, REG_VERSION, REG_TEST_DMA_CTRL), (0, 4, 0x120));
-    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 5));
+    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 6));
     assert_eq!((REG_FEATURES, REG_MAC_LO, REG_MAC_HI), (0x10, 0x18, 0x1c));
 }
 

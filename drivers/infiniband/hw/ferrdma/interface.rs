@@ -53,7 +53,8 @@ pub const VERSION_MAJOR: u16 = 1;
 ///    ([`admin_status::FATAL`]) instead of going unanswered.
 /// 5: CQ resize follows the consumer's ring switch ([`cq_shadow::SELECT_MASK`]) and refuses
 ///    a ring too small for the unpolled CQEs; port counters ([`admin_op::QUERY_COUNTERS`]).
-pub const VERSION_MINOR: u16 = 5;
+/// 6: multicast groups ([`admin_op::MCAST_ATTACH`], [`Caps::max_mcast_grp`]).
+pub const VERSION_MINOR: u16 = 6;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -375,6 +376,12 @@ pub const MAX_EQ: u32 = MSIX_VECTORS;
 pub const MAX_EQ_MODERATION_US: u16 = 8160;
 /// GID table entries.
 pub const MAX_GID: u32 = 32;
+/// Multicast groups the device can hold at once (one per multicast GID).
+pub const MAX_MCAST_GRP: u32 = 256;
+/// QPs attached to one multicast group at most.
+pub const MAX_MCAST_QP_ATTACH: u32 = 16;
+/// The destination QP number of a multicast packet (IBTA: the permissive QP, 0xFFFFFF).
+pub const MCAST_QPN: u32 = 0x00ff_ffff;
 /// Largest SQ ring, in 32-byte quanta (the CQE WQE index is 15 bits).
 pub const MAX_SQ_QUANTA: u32 = 32768;
 /// Largest RQ ring, in quanta.
@@ -498,6 +505,11 @@ pub mod admin_op {
     pub const ALLOC_MR: u8 = 0x13;
     /// [`super::QueryObject`] (`id` 0); writes a [`super::PortCounters`] (since 1.5).
     pub const QUERY_COUNTERS: u8 = 0x14;
+    /// [`super::McastCmd`]: attaches a UD QP to the group of a multicast GID, creating the
+    /// group if it is new (since 1.6).
+    pub const MCAST_ATTACH: u8 = 0x15;
+    /// [`super::McastCmd`]: detaches a QP from a group; the last QP out ends the group.
+    pub const MCAST_DETACH: u8 = 0x16;
 }
 
 /// Admin completion status codes ([`AdminCompletion::status`]).
@@ -1090,6 +1102,32 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// MCAST_ATTACH / MCAST_DETACH.
+    pub struct McastCmd [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// The QP (UD).
+        pub qp_id: u32,
+        /// Reserved, 0.
+        pub rsvd0: u32,
+        /// The group's GID: IPv6 multicast (`ff00::/8`) or IPv4-mapped `::ffff:224.0.0.0/100`.
+        pub gid: [u8; 16],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 32],
+    }
+}
+
+/// Whether `gid` is a multicast GID: IPv6 `ff00::/8` or IPv4-mapped `224.0.0.0/4`.
+pub fn gid_is_multicast(gid: &[u8; 16]) -> bool {
+    let v4_mapped = gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff;
+    gid[0] == 0xff || (v4_mapped && gid[12] & 0xf0 == 0xe0)
+}
+
 /// [`SetPort::link`]: link down.
 pub const LINK_DOWN: u8 = 0;
 /// [`SetPort::link`]: link up.
@@ -1198,8 +1236,12 @@ wire_struct! {
         pub max_fast_reg_pages: u32,
         /// Largest `CreateEq::moderation_us` (since 1.2; 0: no time-based moderation).
         pub max_eq_moderation_us: u16,
+        /// [`MAX_MCAST_GRP`] (since 1.6; 0: no multicast).
+        pub max_mcast_grp: u16,
+        /// [`MAX_MCAST_QP_ATTACH`] (since 1.6).
+        pub max_mcast_qp_attach: u16,
         /// Reserved.
-        pub rsvd: [u8; 26],
+        pub rsvd: [u8; 22],
     }
 }
 
@@ -1515,6 +1557,10 @@ pub mod cqe {
     pub const QPID_LO: u32 = 32;
     /// Extension qw7: immediate valid, bit 62.
     pub const IMMVALID: u32 = 62;
+    /// Extension qw7: UD source MAC valid, bit 61 (the MAC in qw6 47:0, `smac[0]` in 47:40).
+    pub const UDSMACVALID: u32 = 61;
+    /// Extension qw7: UD VLAN valid, bit 60 (the packet's 802.1Q TCI in qw6 63:48).
+    pub const UDVLANVALID: u32 = 60;
     /// Major error of every error CQE this device writes (a "flush" major).
     pub const MAJERR_FLUSH: u16 = 1;
     /// RQ CQE opcode for a received SEND.

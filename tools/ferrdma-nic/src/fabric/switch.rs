@@ -238,6 +238,27 @@ impl Switch {
                 return;
             }
         }
+        if roce && is_multicast(&dst) {
+            // Multicast RoCE goes to every RoCE station: every engine, and every LAN port
+            // that is not an engine's twin (a soft-RoCE host hears RoCE on its LAN port; a
+            // NIC's VM hears it through its engine only, as with unicast).
+            let twins: BTreeSet<PortId> = self
+                .engines
+                .keys()
+                .filter_map(|m| self.lookup(m, now))
+                .collect();
+            for &p in &self.ports {
+                if p != ingress && (self.is_engine_port(p) || !twins.contains(&p)) {
+                    out.push(p);
+                }
+            }
+            if out.is_empty() {
+                self.counters.dropped_same_port += 1;
+            } else {
+                self.counters.flooded += 1;
+            }
+            return;
+        }
         // Flood to every other non-engine port.
         for &p in &self.ports {
             if p != ingress && !self.engines.values().any(|e| *e == p) {
@@ -293,6 +314,30 @@ mod tests {
         // Only one port: nothing to flood to.
         let mut lone = switch(&[1]);
         assert!(fwd(&mut lone, 1, &plain(BCAST, A), 0).is_empty());
+    }
+
+    #[test]
+    fn multicast_roce_reaches_every_engine_and_soft_roce_hosts_but_no_engine_twin() {
+        // Ports: 1 = VM A's virtio-net, 2 = A's engine, 3 = VM B's engine (B's LAN side
+        // not learned yet), 4 = a soft-RoCE VM C on its LAN port.
+        let mut sw = switch(&[1, 3, 4]);
+        sw.set_engine(A, 2);
+        sw.set_engine(B, 3);
+        fwd(&mut sw, 1, &plain(BCAST, A), 0);
+        let group = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
+        // From A's engine: B's engine and C, not A's own virtio-net, not back.
+        assert_eq!(
+            fwd(&mut sw, 2, &roce(group, A, false, false), 1),
+            vec![3, 4]
+        );
+        // From soft-RoCE C: both engines; A's LAN twin is skipped.
+        let v6group = [0x33, 0x33, 0, 0, 0, 9];
+        assert_eq!(
+            fwd(&mut sw, 4, &roce(v6group, C, true, true), 2),
+            vec![2, 3]
+        );
+        // Plain (non-RoCE) multicast still floods the LAN ports only.
+        assert_eq!(fwd(&mut sw, 4, &plain(group, C), 3), vec![1]);
     }
 
     #[test]

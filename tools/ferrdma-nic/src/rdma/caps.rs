@@ -8,9 +8,10 @@ use thiserror::Error;
 
 use crate::interface::{
     Caps, DB_PAGES, HW_REV_GEN_2, MAX_AH, MAX_CQ, MAX_CQ_ENTRIES, MAX_EQ, MAX_EQ_ENTRIES,
-    MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES, MAX_GID, MAX_INLINE, MAX_MR, MAX_MR_SIZE,
-    MAX_MSG_SIZE, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA,
-    MIN_WQ_QUANTA, MSIX_VECTORS, PAGE_SIZE_CAP, SQ_CHUNK_QUANTA,
+    MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES, MAX_GID, MAX_INLINE, MAX_MCAST_GRP,
+    MAX_MCAST_QP_ATTACH, MAX_MR, MAX_MR_SIZE, MAX_MSG_SIZE, MAX_PD, MAX_QP, MAX_RD_ATOMIC,
+    MAX_RQ_QUANTA, MAX_SGE, MAX_SQ_QUANTA, MIN_WQ_QUANTA, MSIX_VECTORS, PAGE_SIZE_CAP,
+    SQ_CHUNK_QUANTA,
 };
 
 /// The device's real limits (`interface.rs`, "Limits").
@@ -46,7 +47,9 @@ pub fn nominal() -> Caps {
         fw_ver: 2 << 32,
         max_fast_reg_pages: MAX_FAST_REG_PAGES,
         max_eq_moderation_us: MAX_EQ_MODERATION_US,
-        rsvd: [0; 26],
+        max_mcast_grp: MAX_MCAST_GRP as u16,
+        max_mcast_qp_attach: MAX_MCAST_QP_ATTACH as u16,
+        rsvd: [0; 22],
     }
 }
 
@@ -97,6 +100,8 @@ impl CapsProfile {
                 c.msix_vectors = u32::MAX;
                 c.max_fast_reg_pages = u32::MAX;
                 c.max_eq_moderation_us = u16::MAX;
+                c.max_mcast_grp = u16::MAX;
+                c.max_mcast_qp_attach = u16::MAX;
             }
             CapsProfile::Impossible => {
                 c.max_sge = 0;

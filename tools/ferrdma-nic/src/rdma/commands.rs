@@ -4,20 +4,21 @@
 use std::mem::offset_of;
 
 use crate::interface::{
-    admin_op, admin_status as st, ae, eqe_kind, mtu_bytes, qp_attr, qp_state, stag_index,
-    AdminHeader, AllocMr, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, ModifyCq, ModifyQp,
-    PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats, ADMIN_CMD_SIZE,
-    AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE, EQ_KIND_AEQ,
-    EQ_KIND_CEQ, LINK_UP, MAX_CQ_ENTRIES, MAX_EQ_ENTRIES, MAX_EQ_MODERATION_US, MAX_FAST_REG_PAGES,
-    MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA,
-    MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE,
-    MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, QP_ACCESS_REMOTE_ATOMIC,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI,
-    QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
+    admin_op, admin_status as st, ae, eqe_kind, gid_is_multicast, mtu_bytes, qp_attr, qp_state,
+    stag_index, AdminHeader, AllocMr, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, McastCmd,
+    ModifyCq, ModifyQp, PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats,
+    ADMIN_CMD_SIZE, AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE,
+    EQ_KIND_AEQ, EQ_KIND_CEQ, LINK_UP, MAX_CQ_ENTRIES, MAX_EQ_ENTRIES, MAX_EQ_MODERATION_US,
+    MAX_FAST_REG_PAGES, MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC,
+    MAX_RQ_QUANTA, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ,
+    MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS,
+    QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL,
+    QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
 };
 
 use super::cq::Cq;
 use super::eq::Eq;
+use super::mcast::McastError;
 use super::mr::{Mr, MAX_TOTAL_PAGES};
 use super::pagelist::{self, PageListError};
 use super::qp::{transition_ok, Qp};
@@ -118,8 +119,34 @@ impl Engine {
                 let slot = self.ahs.get_mut(id as usize).ok_or(err(st::BAD_ID, at))?;
                 slot.take().map(|_| 0).ok_or(err(st::NOT_FOUND, at))
             }
+            admin_op::MCAST_ATTACH => self.mcast_attach(&McastCmd::decode(cmd)),
+            admin_op::MCAST_DETACH => {
+                let c = McastCmd::decode(cmd);
+                self.mcast
+                    .detach(&c.gid, c.qp_id)
+                    .map(|()| 0)
+                    .map_err(|_| err(st::NOT_FOUND, offset_of!(McastCmd, gid)))
+            }
             _ => Err(err(st::BAD_OPCODE, 0)),
         }
+    }
+
+    fn mcast_attach(&mut self, c: &McastCmd) -> CmdResult {
+        let at = offset_of!(McastCmd, qp_id);
+        let slot = self.qps.get(c.qp_id as usize).ok_or(err(st::BAD_ID, at))?;
+        let qp = slot.as_ref().ok_or(err(st::NOT_FOUND, at))?;
+        // Multicast is a UD service; the GSI QP (QP1) is not a member of any group.
+        check(qp.qp_type == QP_TYPE_UD, st::INVALID, at)?;
+        let gid_at = offset_of!(McastCmd, gid);
+        check(gid_is_multicast(&c.gid), st::INVALID, gid_at)?;
+        self.mcast
+            .attach(&c.gid, c.qp_id)
+            .map(|()| 0)
+            .map_err(|e| match e {
+                McastError::AlreadyAttached => err(st::EXISTS, at),
+                McastError::TableFull | McastError::GroupFull => err(st::NO_RESOURCES, gid_at),
+                McastError::NotAttached => err(st::INVALID, gid_at),
+            })
     }
 
     fn query_caps(&mut self, env: &Env<'_>, q: &QueryObject) -> CmdResult {
@@ -641,7 +668,9 @@ impl Engine {
             .qps
             .get_mut(qp_id as usize)
             .ok_or(err(st::BAD_ID, at))?;
-        slot.take().map(|_| 0).ok_or(err(st::NOT_FOUND, at))
+        slot.take().ok_or(err(st::NOT_FOUND, at))?;
+        self.mcast.forget_qp(qp_id);
+        Ok(0)
     }
 
     fn reg_mr(&mut self, env: &Env<'_>, c: &RegMr) -> CmdResult {

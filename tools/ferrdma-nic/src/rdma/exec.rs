@@ -5,9 +5,10 @@
 //! may touch another QP, because requester and responder may be the same QP.
 
 use crate::interface::{
-    ae, cqe, eqe_kind, fast_reg_fields, flush, mtu_bytes, qp_state, sq_op, wqe as wqef,
-    AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MR_ACCESS_ALL, QP_ACCESS_REMOTE_READ,
-    QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
+    ae, cqe, eqe_kind, fast_reg_fields, flush, gid_is_multicast, mtu_bytes, qp_state, sq_op,
+    wqe as wqef, QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN, MAX_MR_SIZE, MAX_QP, MCAST_QPN,
+    MR_ACCESS_ALL, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC,
+    QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
 };
 
 use crate::dma::GuestMemory;
@@ -160,6 +161,10 @@ pub(super) struct Inbound {
     /// RDMA WRITE with immediate: consume a WQE, scatter nothing, report `len`.
     pub no_scatter: bool,
     pub len: u64,
+    /// UD: the 802.1Q TCI the packet carried, reported in the CQE (RoCE over a VLAN).
+    pub vlan_tci: Option<u16>,
+    /// UD: the source MAC, reported in the CQE with the VLAN or immediate data.
+    pub smac: Option<[u8; 6]>,
 }
 
 /// Outcome of a receive.
@@ -642,6 +647,8 @@ impl Engine {
             ipv4: false,
             no_scatter: false,
             len: w.len,
+            vlan_tci: None,
+            smac: None,
         };
         match self.receive(env, dest, &msg, &src) {
             Recv::Ok => Outcome::Done(w.len),
@@ -739,16 +746,53 @@ impl Engine {
             .and_then(Option::as_ref)
             .map(|g| g.gid)
             .unwrap_or([0; 16]);
+        if dqpn == MCAST_QPN && gid_is_multicast(&a.dgid) {
+            // Multicast: every attached QP of this NIC gets a copy (the sender's own QP
+            // too, as on hardware without multicast loopback blocking), and the wire one.
+            if !self.port.link_up {
+                return Outcome::Done(w.len);
+            }
+            for member in self.mcast.members(&a.dgid).to_vec() {
+                if let Err(o) = self.ud_local(env, qp_id, member, qkey, &a, &sgid, w, src) {
+                    return o;
+                }
+            }
+            return self.ud_to_wire(env, qp_id, &a, dqpn, qkey, w, src);
+        }
         let local = self.port.link_up && self.gids.iter().flatten().any(|g| g.gid == a.dgid);
         if self.port.link_up && !local {
             return self.ud_to_wire(env, qp_id, &a, dqpn, qkey, w, src);
         }
+        if !local {
+            return Outcome::Done(w.len);
+        }
+        match self.ud_local(env, qp_id, dqpn, qkey, &a, &sgid, w, src) {
+            Ok(()) => Outcome::Done(w.len),
+            Err(o) => o,
+        }
+    }
+
+    /// Delivers UD send `w` of QP `qp_id` to QP `dqpn` of this NIC; `Err` carries the
+    /// sender's failure (its own memory could not be read). A receiver that cannot take it
+    /// (no such QP, wrong Q_Key, no receive posted) loses it, counted in `rx_drops`.
+    #[allow(clippy::too_many_arguments)]
+    fn ud_local(
+        &mut self,
+        env: &Env<'_>,
+        qp_id: u32,
+        dqpn: u32,
+        qkey: u32,
+        a: &QpAttrs,
+        sgid: &[u8; 16],
+        w: &SqWqe,
+        src: &Src,
+    ) -> Result<(), Outcome> {
         let target = self.qp(dqpn).filter(|d| {
             matches!(d.qp_type, QP_TYPE_UD | QP_TYPE_GSI) && d.can_receive() && d.attrs.qkey == qkey
         });
-        if !local || target.is_none() {
-            self.stats.rx_drops += u64::from(local);
-            return Outcome::Done(w.len);
+        if target.is_none() {
+            self.stats.rx_drops += 1;
+            return Ok(());
         }
         let ipv4 = a.av_flags & AV_FLAG_IPV4 != 0;
         let msg = Inbound {
@@ -759,7 +803,7 @@ impl Engine {
             inv_stag: None,
             grh: Some(grh::grh(
                 ipv4,
-                &sgid,
+                sgid,
                 &a.dgid,
                 a.traffic_class,
                 a.hop_limit,
@@ -769,14 +813,17 @@ impl Engine {
             ipv4,
             no_scatter: false,
             len: w.len,
+            vlan_tci: (a.av_flags & AV_FLAG_VLAN != 0)
+                .then_some((u16::from(a.traffic_class >> 5) << 13) | (a.vlan_id & 0xfff)),
+            smac: Some(self.port.mac),
         };
         match self.receive(env, dqpn, &msg, src) {
-            Recv::SrcFault => Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS),
+            Recv::SrcFault => Err(Outcome::Fail(flush::PROT, ae::QP_LOCAL_ACCESS)),
             Recv::Rnr | Recv::Dropped => {
                 self.stats.rx_drops += 1;
-                Outcome::Done(w.len)
+                Ok(())
             }
-            Recv::Ok | Recv::Nak(_) => Outcome::Done(w.len),
+            Recv::Ok | Recv::Nak(_) => Ok(()),
         }
     }
 
@@ -841,6 +888,8 @@ impl Engine {
             ipv4: false,
             no_scatter: true,
             len: w.len,
+            vlan_tci: None,
+            smac: None,
         };
         match self.receive(env, dest, &msg, &Src::Bytes(Vec::new())) {
             Recv::Ok | Recv::Dropped => Outcome::Done(w.len),
@@ -1038,9 +1087,7 @@ impl Engine {
         }
         let c = CqeData {
             qw: [bytes & 0xffff_ffff, d.compl_ctx, qw2, qw3],
-            ext: msg
-                .imm
-                .map(|imm| [u64::from(imm), 0, 0, 1 << cqe::IMMVALID]),
+            ext: recv_ext(msg),
         };
         d.advance_rq();
         let first = d.state() == qp_state::RTR && !d.comm_est_sent;
@@ -1054,6 +1101,29 @@ impl Engine {
         }
         Recv::Ok
     }
+}
+
+/// The extension slot of a receive CQE: needed for immediate data and for a datagram that
+/// came over a VLAN (its TCI, and the source MAC with it, as GEN_2 reports them; Linux's CM
+/// picks the VLAN GID to answer from by that VLAN).
+fn recv_ext(msg: &Inbound) -> Option<[u64; 4]> {
+    if msg.imm.is_none() && msg.vlan_tci.is_none() {
+        return None;
+    }
+    let mut e = [0u64; 4];
+    if let Some(imm) = msg.imm {
+        e[0] = u64::from(imm);
+        e[3] |= 1 << cqe::IMMVALID;
+    }
+    if let Some(tci) = msg.vlan_tci {
+        e[2] |= u64::from(tci) << 48;
+        e[3] |= 1 << cqe::UDVLANVALID;
+        if let Some(mac) = msg.smac {
+            e[2] |= mac.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+            e[3] |= 1 << cqe::UDSMACVALID;
+        }
+    }
+    Some(e)
 }
 
 /// Segments after the first `n` bytes of `segs`.

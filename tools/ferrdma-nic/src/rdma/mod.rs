@@ -13,6 +13,7 @@ pub mod cq;
 pub mod eq;
 mod exec;
 pub mod grh;
+pub mod mcast;
 pub mod mr;
 pub mod pagelist;
 mod path;
@@ -40,6 +41,7 @@ use crate::msix::InterruptSink;
 use admin::AdminQueue;
 use cq::{Cq, CqWrite, CqeData};
 use eq::{Eq, EqPushError};
+use mcast::McastTable;
 use mr::MrTable;
 use qp::Qp;
 
@@ -89,6 +91,8 @@ pub struct Engine {
     mrs: MrTable,
     ahs: Vec<Option<Ah>>,
     gids: Vec<Option<Gid>>,
+    /// Multicast groups (MCAST_ATTACH).
+    mcast: McastTable,
     port: Port,
     stats: Stats,
     /// The port's RoCEv2 counters (QUERY_COUNTERS), monotonic since the reset.
@@ -126,6 +130,7 @@ impl Engine {
             mrs: MrTable::new(),
             ahs: table(MAX_AH),
             gids: table(MAX_GID),
+            mcast: McastTable::default(),
             port: Port {
                 mac: [0; 6],
                 link_up: false,

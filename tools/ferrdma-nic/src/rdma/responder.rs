@@ -8,8 +8,8 @@
 //! whose completion status matches the loopback one.
 
 use crate::interface::{
-    ae, cqe, eqe_kind, flush, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI,
-    QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
+    ae, cqe, eqe_kind, flush, MCAST_QPN, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE,
+    QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
 };
 use crate::wire::aeth::{Aeth, NakCode, Syndrome};
 use crate::wire::opcode as op;
@@ -64,11 +64,20 @@ impl Engine {
         };
         let h = parsed.headers;
         let payload = parsed.payload;
+        // The NIC's multicast filter: a frame to a multicast MAC is heard only when this NIC
+        // has a group for its destination GID (as a NIC programs its MAC filter on attach),
+        // so flooded traffic of other groups counts nowhere.
+        if frame.first().is_some_and(|b| b & 1 != 0) && !self.mcast.has_group(&dest_gid(&h.ip)) {
+            return;
+        }
         let ipv4 = self.count_rx(&h.ip, h.eth.vlan.is_some(), frame.len(), h.bth.opcode);
         // Every drop of a valid frame below counts in rx_drops: one more is a discard.
         let drops = self.stats.rx_drops;
         match h.bth.opcode {
-            op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => self.rx_ud(env, &h, payload),
+            op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM if h.bth.dest_qp == MCAST_QPN => {
+                self.rx_mcast(env, &h, payload)
+            }
+            op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => self.rx_ud(env, &h, payload, h.bth.dest_qp),
             op::RC_ACK
             | op::RC_READ_RESPONSE_FIRST
             | op::RC_READ_RESPONSE_MIDDLE
@@ -241,6 +250,8 @@ impl Engine {
             ipv4: false,
             no_scatter: false,
             len: payload.len() as u64,
+            vlan_tci: None,
+            smac: None,
         };
         if first && last {
             // The whole message is here: the loopback receive does it all.
@@ -454,6 +465,8 @@ impl Engine {
             ipv4: false,
             no_scatter: true,
             len: ctx.total,
+            vlan_tci: None,
+            smac: None,
         };
         match self.receive(env, qpn, &msg, &Src::Bytes(Vec::new())) {
             Recv::Ok | Recv::Dropped | Recv::SrcFault => Verdict::Accept(1),
@@ -596,8 +609,19 @@ impl Engine {
         }
     }
 
-    fn rx_ud(&mut self, env: &Env<'_>, h: &Headers, payload: &[u8]) {
-        let qpn = h.bth.dest_qp;
+    /// A UD SEND to the multicast QPN: delivered to every QP attached to the group of the
+    /// destination GID, each with its own Q_Key check (no group: dropped).
+    fn rx_mcast(&mut self, env: &Env<'_>, h: &Headers, payload: &[u8]) {
+        let members = self.mcast.members(&dest_gid(&h.ip)).to_vec();
+        if members.is_empty() {
+            self.stats.rx_drops += 1;
+        }
+        for qpn in members {
+            self.rx_ud(env, h, payload, qpn);
+        }
+    }
+
+    fn rx_ud(&mut self, env: &Env<'_>, h: &Headers, payload: &[u8], qpn: u32) {
         let Some(deth) = h.ext.deth else { return };
         let ok = self.qp(qpn).is_some_and(|d| {
             matches!(d.qp_type, QP_TYPE_UD | QP_TYPE_GSI)
@@ -637,10 +661,23 @@ impl Engine {
             ipv4,
             no_scatter: false,
             len,
+            vlan_tci: h
+                .eth
+                .vlan
+                .map(|v| (u16::from(v.pcp) << 13) | (u16::from(v.dei) << 12) | v.vid),
+            smac: Some(h.eth.src),
         };
         match self.receive(env, qpn, &msg, &Src::Bytes(payload.to_vec())) {
             Recv::Ok => {}
             _ => self.stats.rx_drops += 1,
         }
+    }
+}
+
+/// The destination GID of a packet (IPv4 as `::ffff:a.b.c.d`).
+fn dest_gid(ip: &IpHeader) -> [u8; 16] {
+    match ip {
+        IpHeader::V4(v4) => v4_mapped(v4.dst),
+        IpHeader::V6(v6) => v6.dst,
     }
 }

@@ -16,6 +16,7 @@ mod fastreg_tests;
 mod fatal_tests;
 mod fuzz;
 mod local_dma_tests;
+mod mcast_tests;
 mod protection_tests;
 mod qkey_tests;
 pub(crate) mod vfio_client;

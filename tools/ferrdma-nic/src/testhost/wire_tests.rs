@@ -978,6 +978,190 @@ fn ud_over_the_wire_delivers_the_ipv4_header_in_the_grh_slot() {
     assert!(net.b.h.poll_cq(&mut net.b.rcq).is_empty());
 }
 
+/// A UD datagram over a VLAN: its CQE carries the TCI and the source MAC (Linux's CM answers
+/// from the GID of that VLAN), on the wire and on loopback; an untagged one does not.
+#[test]
+fn ud_over_a_vlan_reports_the_tci_and_source_mac_in_the_cqe() {
+    let mut net = Net::build(1 << 20, Path::default(), true);
+    let ah = |dgid| CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 5,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid,
+            dmac: mac(2),
+            av_flags: AV_FLAG_VLAN,
+            vlan_id: 100,
+            traffic_class: 0x68,
+            hop_limit: 64,
+            udp_sport: 0xd000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah(gid6(2)).encode()), admin_status::OK);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 64)],
+        hdr_low: 5,
+        qw2: (u64::from(UDQPN) << 32) | u64::from(QKEY),
+        ..Default::default()
+    };
+    net.b.h.post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 104)]);
+    net.a.h.send(&mut net.a.ud, &wr);
+    let (_, rc) = net.complete(true);
+    let ext = rc[0].ext.expect("an extended CQE");
+    assert_eq!(ext[3] >> cqe::UDVLANVALID & 1, 1);
+    assert_eq!(ext[3] >> cqe::UDSMACVALID & 1, 1);
+    assert_eq!(ext[3] >> cqe::IMMVALID & 1, 0);
+    // PCP 3 (traffic class 0x68 >> 5), VLAN 100.
+    assert_eq!(ext[2] >> 48, (3 << 13) | 100);
+    assert_eq!(
+        ext[2] & 0xffff_ffff_ffff,
+        0x0200_0000_1001,
+        "source MAC {:#x}",
+        ext[2]
+    );
+    // Loopback to its own GID through the same VLAN: the same report.
+    assert_eq!(
+        net.a.h.admin(Host::object(admin_op::DESTROY_AH, 5)),
+        admin_status::OK
+    );
+    assert_eq!(net.a.h.admin(ah(gid6(1)).encode()), admin_status::OK);
+    net.a.h.post_recv(&mut net.a.ud, &[net.a.dst.sg(0, 104)]);
+    net.a.h.send(&mut net.a.ud, &wr);
+    net.run(|_| false);
+    let c = net.a.h.poll_cq(&mut net.a.rcq);
+    let ext = c[0].ext.expect("an extended CQE");
+    assert_eq!(ext[2] >> 48, (3 << 13) | 100);
+    // Untagged: no extension without immediate data.
+    assert_eq!(
+        net.a.h.admin(Host::object(admin_op::DESTROY_AH, 5)),
+        admin_status::OK
+    );
+    let mut plain = ah(gid6(2));
+    plain.attrs.av_flags = 0;
+    assert_eq!(net.a.h.admin(plain.encode()), admin_status::OK);
+    net.b.h.post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 104)]);
+    net.a.h.send(&mut net.a.ud, &wr);
+    let (_, rc) = net.complete(true);
+    assert_eq!(rc[0].ext, None);
+}
+
+/// MCAST_ATTACH or MCAST_DETACH of `qp` to `group`.
+fn mcast(h: &mut Host, op: u8, qp: u32, group: [u8; 16]) -> u16 {
+    h.admin(
+        McastCmd {
+            hdr: Host::hdr(op),
+            qp_id: qp,
+            gid: group,
+            ..Default::default()
+        }
+        .encode(),
+    )
+}
+
+#[test]
+fn ud_multicast_reaches_every_attached_qp_here_and_on_the_wire() {
+    let mut net = Net::new(1 << 20, Path::default());
+    // 239.1.2.3 and its MAC.
+    let group = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3];
+    let group_mac = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
+    // B: its UD QP and a second one, both with the group's Q_Key; A: its own UD QP too
+    // (multicast loopback).
+    let mut b2 = net.b.h.create_qp(7, QP_TYPE_UD, 1, 1, 2, 256, 64, 2);
+    net.b.h.ud_to_rts(7, QKEY);
+    for qp in [UDQPN, 7] {
+        assert_eq!(
+            mcast(&mut net.b.h, admin_op::MCAST_ATTACH, qp, group),
+            admin_status::OK
+        );
+    }
+    assert_eq!(
+        mcast(&mut net.a.h, admin_op::MCAST_ATTACH, UDQPN, group),
+        admin_status::OK
+    );
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 5,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: group,
+            dmac: group_mac,
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 1,
+            udp_sport: 0xd000,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    let data = pattern(300, 9);
+    net.a.h.write(net.a.src.gpa, &data);
+    net.b.h.post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 340)]);
+    net.b.h.post_recv(&mut b2, &[net.b.dst.sg(4096, 340)]);
+    net.a.h.post_recv(&mut net.a.ud, &[net.a.dst.sg(0, 340)]);
+    let wr = Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        imm: Some(0x600d),
+        sges: vec![net.a.src.sg(0, 300)],
+        hdr_low: 5,
+        qw2: (u64::from(MCAST_QPN) << 32) | u64::from(QKEY),
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.ud, &wr);
+    let tx = net.a.h.dev().take_tx();
+    assert_eq!(tx.len(), 1, "one frame on the wire for the group");
+    assert_eq!(tx[0][..6], group_mac);
+    let p = crate::wire::parse(&tx[0]).unwrap();
+    assert_eq!(p.headers.bth.dest_qp, MCAST_QPN);
+    net.carry(tx, true);
+    net.run(|_| false);
+    let mut got = net.b.h.poll_cq(&mut net.b.rcq);
+    got.sort_by_key(|c| c.qp_id());
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (c, qp, off) in [(got[0], UDQPN, 0), (got[1], 7, 4096)] {
+        assert_eq!((c.error(), c.qp_id(), c.len()), (None, qp, 340));
+        assert_eq!(c.imm(), Some(0x600d));
+        assert_eq!(c.qw[2] as u32 & 0xff_ffff, UDQPN, "source QP");
+        let m = net.b.h.read(net.b.dst.gpa + off, 340);
+        assert_eq!(
+            m[36..40],
+            [239, 1, 2, 3],
+            "the group is the GRH's destination"
+        );
+        assert_eq!(m[40..], data[..]);
+    }
+    // A's own attached QP got its loopback copy.
+    let c = net.a.h.poll_cq(&mut net.a.rcq);
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].error(), c[0].qp_id(), c[0].len()), (None, UDQPN, 340));
+    assert_eq!(net.a.h.read(net.a.dst.gpa + 40, 300), data);
+    // Once B has left the group, its frames are filtered: nothing delivered, nothing
+    // counted, not even as a drop.
+    assert_eq!(
+        mcast(&mut net.b.h, admin_op::MCAST_DETACH, UDQPN, group),
+        admin_status::OK
+    );
+    assert_eq!(
+        mcast(&mut net.b.h, admin_op::MCAST_DETACH, 7, group),
+        admin_status::OK
+    );
+    assert_eq!(
+        mcast(&mut net.b.h, admin_op::MCAST_DETACH, 7, group),
+        admin_status::NOT_FOUND
+    );
+    net.b.h.post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 340)]);
+    let (drops, counters) = (net.b.h.stats().rx_drops, net.b.h.counters());
+    net.a.h.send(&mut net.a.ud, &wr);
+    net.run(|_| false);
+    assert!(net.b.h.poll_cq(&mut net.b.rcq).is_empty());
+    assert_eq!(net.b.h.stats().rx_drops, drops);
+    assert_eq!(net.b.h.counters(), counters);
+}
+
 #[test]
 fn many_small_messages_in_flight_complete_in_order() {
     let mut net = Net::new(1 << 20, Path::default());
