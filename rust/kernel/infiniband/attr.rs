@@ -131,6 +131,12 @@ pub struct DeviceAttr {
     pub max_res_rd_atom: u32,
     /// Address handles.
     pub max_ah: u32,
+    /// Multicast groups.
+    pub max_mcast_grp: u32,
+    /// QPs one multicast group holds.
+    pub max_mcast_qp_attach: u32,
+    /// Multicast attachments (QP to group) in total.
+    pub max_total_mcast_qp_attach: u32,
     /// Partition keys.
     pub max_pkeys: u16,
     /// Local CA ACK delay (4.096 us * 2^n).
@@ -172,6 +178,9 @@ impl DeviceAttr {
         out.max_qp_init_rd_atom = self.max_qp_init_rd_atom;
         out.max_res_rd_atom = self.max_res_rd_atom;
         out.max_ah = self.max_ah;
+        out.max_mcast_grp = self.max_mcast_grp;
+        out.max_mcast_qp_attach = self.max_mcast_qp_attach;
+        out.max_total_mcast_qp_attach = self.max_total_mcast_qp_attach;
         out.max_pkeys = self.max_pkeys;
         out.local_ca_ack_delay = self.local_ca_ack_delay;
         out.device_cap_flags = self.device_cap_flags;

@@ -8,7 +8,7 @@ use super::{
     cq::{self, CqObject},
     hw_stats,
     irq::{Interrupts, Vectors},
-    mr,
+    mcast, mr,
     netdev::NetdevBinding,
     qp::{self, QpObject},
     ucontext::{self, PdObject, UContextData, UContextInit, UContextObject},
@@ -389,6 +389,16 @@ impl<T: Driver> VTable<T> {
         },
         get_hw_stats: if T::HAS_PORT_COUNTERS {
             Some(hw_stats::get_hw_stats::<T>)
+        } else {
+            None
+        },
+        attach_mcast: if T::HAS_ATTACH_MCAST {
+            Some(mcast::attach_mcast::<T>)
+        } else {
+            None
+        },
+        detach_mcast: if T::HAS_DETACH_MCAST {
+            Some(mcast::detach_mcast::<T>)
         } else {
             None
         },

@@ -17,6 +17,7 @@ pub mod device;
 pub mod events;
 pub mod hw_stats;
 pub mod irq;
+pub mod mcast;
 pub mod mr;
 mod netdev;
 pub mod qp;
@@ -423,6 +424,24 @@ pub trait Driver: Sized + Send + Sync + 'static {
 
     /// Destroys an address handle (`destroy_ah`).
     fn destroy_ah(_data: &Self::RegistrationData<'_>, _ah: &Self::Ah, _sleepable: bool) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Attaches UD QP `qp` to the multicast group of `gid` (`attach_mcast`).
+    fn attach_mcast(
+        _data: &Self::RegistrationData<'_>,
+        _qp: &Self::Qp,
+        _gid: &mcast::McastGid,
+    ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Detaches `qp` from the multicast group of `gid` (`detach_mcast`).
+    fn detach_mcast(
+        _data: &Self::RegistrationData<'_>,
+        _qp: &Self::Qp,
+        _gid: &mcast::McastGid,
+    ) -> Result {
         Err(EOPNOTSUPP)
     }
 

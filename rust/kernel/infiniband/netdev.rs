@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Binding an RDMA port to the network device with the same MAC address.
+//! Binding an RDMA port to the network device with the same MAC address (the function's own
+//! device, never a VLAN, bridge or bond device stacked on it).
 //!
 //! RoCE GIDs come from the IP addresses of the port's network device, and rdma_cm finds the RDMA
 //! device through them, so the port must follow its network device: bound when a device with
@@ -76,10 +77,16 @@ impl NetdevBinding {
         unsafe { bindings::unregister_netdevice_notifier(self.nb.get()) };
     }
 
+    /// Whether `ndev` is the port's own network device: an Ethernet device with the MAC that
+    /// belongs to a bus device. Stacked devices take their lower device's MAC (a VLAN device
+    /// always, a bridge or bond often) but have no parent; binding to one would move the
+    /// port off its function and lose the untagged GIDs. ib_core gives the port the GIDs of
+    /// the VLAN devices above its own device anyway.
     fn matches(&self, ndev: *mut bindings::net_device) -> bool {
         // SAFETY: The notifier gets a valid net_device; RTNL keeps its address stable.
         unsafe {
             (*ndev).type_ == bindings::ARPHRD_ETHER as u16
+                && !(*ndev).dev.parent.is_null()
                 && usize::from((*ndev).addr_len) == self.mac.len()
                 && !(*ndev).dev_addr.is_null()
                 && core::slice::from_raw_parts((*ndev).dev_addr, self.mac.len()) == self.mac

@@ -115,6 +115,11 @@ pub struct Wc {
     pub src_qp: u32,
     /// Datagram receive: the network header in the GRH area.
     pub network: Option<NetworkHdr>,
+    /// Datagram receive over a VLAN: the packet's 802.1Q TCI (ib_core's CM answers from
+    /// the GID of that VLAN).
+    pub vlan_tci: Option<u16>,
+    /// Datagram receive: the source MAC, if the device reports it.
+    pub smac: Option<[u8; 6]>,
 }
 
 impl Wc {
@@ -135,6 +140,16 @@ impl Wc {
         w.vlan_id = 0;
         w.network_hdr_type = 0;
         let mut flags = 0;
+        // VLAN 0 is a priority tag, not a VLAN (as irdma reports it).
+        if let Some(tci) = self.vlan_tci.filter(|t| t & 0xfff != 0) {
+            flags |= bindings::ib_wc_flags_IB_WC_WITH_VLAN;
+            w.vlan_id = tci & 0xfff;
+            w.sl = (tci >> 13) as u8;
+        }
+        if let Some(mac) = self.smac {
+            flags |= bindings::ib_wc_flags_IB_WC_WITH_SMAC;
+            w.smac = mac;
+        }
         w.ex.imm_data = 0;
         if let Some(imm) = self.imm {
             flags |= bindings::ib_wc_flags_IB_WC_WITH_IMM;
