@@ -55,7 +55,7 @@ pub(crate) struct Clamp {
 }
 
 /// Most clamps one reply can cause (one per clamped field).
-const MAX_CLAMPS: usize = 20;
+const MAX_CLAMPS: usize = 24;
 
 /// The clamps [`Caps::validate`] applied, for probe to report.
 #[derive(Clone, Copy, Debug)]
@@ -119,7 +119,9 @@ impl Clamps {
 /// - `1 <= max_msg_size <= MAX_MSG_SIZE`, `1 <= max_mr_size <= MAX_MR_SIZE`;
 /// - `page_size_cap` is a subset of `PAGE_SIZE_CAP` holding 4 KiB;
 /// - `max_rd_atomic <= MAX_RD_ATOMIC`, `max_fast_reg_pages <= MAX_FAST_REG_PAGES`,
-///   `max_eq_moderation_us <= MAX_EQ_MODERATION_US`.
+///   `max_eq_moderation_us <= MAX_EQ_MODERATION_US`;
+/// - `max_mcast_grp <= MAX_MCAST_GRP`, `max_mcast_qp_attach <= MAX_MCAST_QP_ATTACH` (0: the
+///   device has no multicast, as before interface 1.6).
 ///
 /// So every product the driver forms from them (`max_rd_atomic * max_qp`, ring quanta times
 /// the quantum size) fits in `u32`, and no consumer is offered more SGEs or inline bytes than
@@ -150,6 +152,8 @@ pub(crate) struct Caps {
     pub(crate) fw_ver: u64,
     pub(crate) max_fast_reg_pages: u32,
     pub(crate) max_eq_moderation_us: u16,
+    pub(crate) max_mcast_grp: u16,
+    pub(crate) max_mcast_qp_attach: u16,
     /// Only [`Caps::validate`] can fill this in.
     _validated: (),
 }
@@ -277,6 +281,12 @@ impl Caps {
             r.max_eq_moderation_us,
             hw::MAX_EQ_MODERATION_US,
         );
+        let max_mcast_grp = c.limit("max_mcast_grp", r.max_mcast_grp, hw::MAX_MCAST_GRP as u16);
+        let max_mcast_qp_attach = c.limit(
+            "max_mcast_qp_attach",
+            r.max_mcast_qp_attach,
+            hw::MAX_MCAST_QP_ATTACH as u16,
+        );
         // INVARIANT: every field checked or clamped above.
         let caps = Self {
             hw_rev: r.hw_rev,
@@ -301,6 +311,8 @@ impl Caps {
             fw_ver: r.fw_ver,
             max_fast_reg_pages,
             max_eq_moderation_us,
+            max_mcast_grp,
+            max_mcast_qp_attach,
             _validated: (),
         };
         Ok((caps, c))
@@ -340,6 +352,8 @@ pub(crate) fn gen2_reply() -> hw::Caps {
     r.fw_ver = 2 << 32;
     r.max_fast_reg_pages = hw::MAX_FAST_REG_PAGES;
     r.max_eq_moderation_us = hw::MAX_EQ_MODERATION_US;
+    r.max_mcast_grp = hw::MAX_MCAST_GRP as u16;
+    r.max_mcast_qp_attach = hw::MAX_MCAST_QP_ATTACH as u16;
     r
 }
 
@@ -386,6 +400,8 @@ mod tests {
         r.max_rd_atomic = u8::MAX;
         r.max_fast_reg_pages = u32::MAX;
         r.max_eq_moderation_us = u16::MAX;
+        r.max_mcast_grp = u16::MAX;
+        r.max_mcast_qp_attach = u16::MAX;
         let (c, clamps) = Caps::validate(&r).map_err(|e| e.errno())?;
         assert_eq!((c.max_sge, c.max_read_sge, c.max_inline), (13, 13, 101));
         assert_eq!(
@@ -402,7 +418,8 @@ mod tests {
         assert_eq!(c.page_size_cap, hw::PAGE_SIZE_CAP);
         assert_eq!(c.max_rd_atomic, 16);
         assert_eq!((c.max_fast_reg_pages, c.max_eq_moderation_us), (512, 8160));
-        assert_eq!(clamps.as_slice().len(), 18);
+        assert_eq!((c.max_mcast_grp, c.max_mcast_qp_attach), (256, 16));
+        assert_eq!(clamps.as_slice().len(), 20);
         assert_eq!(
             clamps.as_slice()[0],
             Clamp {

@@ -26,6 +26,7 @@ mod kcq;
 mod kqp;
 mod kring;
 mod kwqe;
+mod mcast;
 mod mr;
 mod pbl;
 mod qp;

@@ -23,10 +23,10 @@ use crate::{
 use kernel::{
     device,
     infiniband::{
-        self, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify, Destroyed, DeviceAttr,
-        DriverId, FwVersion, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr, QpAttrMask, QpEvent,
-        QpEvents, QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort, SendWrs, StatDesc,
-        UContextInit, UData, Umem, UserMrRequest, WcSink,
+        self, mcast::McastGid, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify,
+        Destroyed, DeviceAttr, DriverId, FwVersion, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr,
+        QpAttrMask, QpEvent, QpEvents, QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort,
+        SendWrs, StatDesc, UContextInit, UData, Umem, UserMrRequest, WcSink,
     },
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
@@ -737,6 +737,10 @@ impl infiniband::Driver for FerrdmaIb {
             max_qp_init_rd_atom: c.max_rd_atomic.into(),
             max_res_rd_atom: u32::from(c.max_rd_atomic).saturating_mul(c.max_qp),
             max_ah: c.max_ah - 1,
+            max_mcast_grp: c.max_mcast_grp.into(),
+            max_mcast_qp_attach: c.max_mcast_qp_attach.into(),
+            max_total_mcast_qp_attach: u32::from(c.max_mcast_grp)
+                * u32::from(c.max_mcast_qp_attach),
             max_pkeys: 1,
             local_ca_ack_delay: 16,
             local_dma_lkey: data.kdb.as_ref().map(|_| hw::LOCAL_DMA_STAG),
@@ -1043,6 +1047,14 @@ impl infiniband::Driver for FerrdmaIb {
 
     fn query_ah(_data: &IbData<'_>, ah: &Ah) -> Result<Av> {
         Ok(ah.av())
+    }
+
+    fn attach_mcast(data: &IbData<'_>, qp: &Qp, gid: &McastGid) -> Result {
+        data.mcast(true, qp, gid)
+    }
+
+    fn detach_mcast(data: &IbData<'_>, qp: &Qp, gid: &McastGid) -> Result {
+        data.mcast(false, qp, gid)
     }
 }
 

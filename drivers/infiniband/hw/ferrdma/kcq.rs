@@ -345,6 +345,8 @@ impl IbData<'_> {
                 invalidated: r.invalidated,
                 src_qp: r.src_qp,
                 network: r.network,
+                vlan_tci: r.vlan_tci,
+                smac: r.smac,
                 ..plain(wr_id, WcStatus::Success, r.opcode, 0, r.byte_len)
             });
         }

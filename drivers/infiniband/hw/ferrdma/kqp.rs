@@ -110,6 +110,8 @@ impl KQp {
             invalidated: None,
             src_qp: self.id,
             network: None,
+            vlan_tci: None,
+            smac: None,
         }
     }
 

@@ -313,6 +313,10 @@ pub(crate) struct Cqe {
     pub(crate) qw2_low: u32,
     /// Immediate data from the extension, if valid.
     pub(crate) imm: Option<u32>,
+    /// UD: the 802.1Q TCI of the datagram, from the extension, if valid.
+    pub(crate) vlan_tci: Option<u16>,
+    /// UD: the source MAC, from the extension, if valid.
+    pub(crate) smac: Option<[u8; 6]>,
 }
 
 /// Decodes a CQE from its qwords (`ext` = the extension slot's, if EXTCQE is set).
@@ -325,6 +329,12 @@ pub(crate) fn decode_cqe(qw: [u64; 4], ext: Option<[u64; 4]>) -> Cqe {
             None
         }
     });
+    let flag = |bit: u32| ext.filter(|e| (e[3] >> bit) & 1 == 1);
+    let vlan_tci = flag(hw::cqe::UDVLANVALID).map(|e| (e[2] >> 48) as u16);
+    let smac = flag(hw::cqe::UDSMACVALID).map(|e| {
+        let b = e[2].to_be_bytes();
+        [b[2], b[3], b[4], b[5], b[6], b[7]]
+    });
     Cqe {
         info,
         bytes: qw[0] as u32,
@@ -332,6 +342,8 @@ pub(crate) fn decode_cqe(qw: [u64; 4], ext: Option<[u64; 4]>) -> Cqe {
         qp_id: ((qw[2] >> hw::cqe::QPID_LO) & 0xff_ffff) as u32,
         qw2_low: qw[2] as u32,
         imm,
+        vlan_tci,
+        smac,
     }
 }
 
@@ -344,6 +356,8 @@ pub(crate) struct RecvInfo {
     pub(crate) invalidated: Option<u32>,
     pub(crate) src_qp: u32,
     pub(crate) network: Option<NetworkHdr>,
+    pub(crate) vlan_tci: Option<u16>,
+    pub(crate) smac: Option<[u8; 6]>,
 }
 
 /// Decodes a receive completion of a QP (`ud`: datagram QP, `qp_id` its own id).
@@ -370,6 +384,8 @@ pub(crate) fn recv_info(c: &Cqe, ud: bool, qp_id: u32) -> RecvInfo {
         } else {
             Some(NetworkHdr::Ipv6)
         },
+        vlan_tci: c.vlan_tci.filter(|_| ud),
+        smac: c.smac.filter(|_| ud),
     }
 }
 
@@ -607,6 +623,20 @@ mod tests {
             (WcOpcode::RecvRdmaWithImm, Some(0xabcd), 7)
         );
         assert_eq!(r.network, None);
+        assert_eq!((r.vlan_tci, r.smac), (None, None));
+        // A UD receive over VLAN 100 with PCP 3, from 02:00:00:00:10:01, no immediate.
+        let qw3 = 1u64 << 63 | 1 << 50 | u64::from(hw::cqe::OP_RECV) << 56;
+        let ext = [
+            0,
+            0,
+            (3 << 13 | 100) << 48 | 0x0200_0000_1001,
+            1u64 << 63 | 3 << 60,
+        ];
+        let c = decode_cqe([104, 1, 1 << 32 | 9, qw3], Some(ext));
+        let r = recv_info(&c, true, 1);
+        assert_eq!(r.imm, None);
+        assert_eq!(r.vlan_tci, Some(3 << 13 | 100));
+        assert_eq!(r.smac, Some([2, 0, 0, 0, 0x10, 1]));
     }
 
     #[test]

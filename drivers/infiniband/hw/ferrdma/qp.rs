@@ -67,6 +67,16 @@ pub(crate) fn new_soft(id: u32) -> Result<Pin<KBox<Mutex<Soft>>>> {
 }
 
 impl Qp {
+    /// The device's QP id (the QP number).
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The QP's type.
+    pub(crate) fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
     /// A kernel QP.
     pub(crate) fn new_kernel(
         id: u32,
