@@ -846,6 +846,16 @@ class TsharkCheckTest(unittest.TestCase):
         self.assertEqual(len(problems), 1)
         self.assertIn("tshark dissected 1 frames as RoCEv2, the NIC's checker 2", problems[0])
 
+    def test_a_payload_wireshark_misreads_is_not_a_finding(self):
+        # A 1-byte RC SEND of 0x91 (pad count 3): Wireshark reads the payload as Ethertype
+        # 0x9100 (QinQ) and calls that malformed (seen in vlan-rxe-ferrdma's capture).
+        bth = bytes([0x04, 0x30]) + self.BTH[2:]
+        frame = self._frame(bth + bytes([0x91, 0, 0, 0]) + b"\0" * 4)
+        pcap = self._pcap("guess.pcap", [frame])
+        self.assertEqual(vmharness.tshark_check(pcap, 1, self.dir, lambda _: None), [])
+        with open(os.path.join(self.dir, "tshark-check.log")) as f:
+            self.assertIn("1 payloads Wireshark misread", f.read())
+
     def test_a_malformed_frame_fails(self):
         pcap = self._pcap("bad.pcap", [self._frame(self.BTH[:6])])
         problems = vmharness.tshark_check(pcap, 1, self.dir, lambda _: None)

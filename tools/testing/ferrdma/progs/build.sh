@@ -23,7 +23,7 @@ cache=${FERRDMA_CACHE:-/ferrdma/cache}
 CC=${CC:-cc}
 CFLAGS="-O2 -g -std=gnu11 -Wall -Wextra -Werror -pthread"
 programs=(solicited-events event-stress async-events destroy-race error-events uverbs-fuzz qkey-spoof
-	verbs-datacheck removal-holder cq-resize limits rereg-mr dmabuf-mr)
+	verbs-datacheck removal-holder cq-resize limits rereg-mr dmabuf-mr mcast-datacheck)
 
 cd "$here"
 key=$({ sha256sum ./*.c ./*.h build.sh; "$CC" --version | sed -n 1p; echo "$CFLAGS"; } |
@@ -53,7 +53,7 @@ tmp=$(mktemp -d "$cache/progs/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 for p in "${programs[@]}"; do
 	# shellcheck disable=SC2086 # CFLAGS is a list of flags
-	"$CC" $CFLAGS -o "$tmp/$p" "$p.c" verbs-common.c -libverbs >&2
+	"$CC" $CFLAGS -o "$tmp/$p" "$p.c" verbs-common.c -libverbs -lrdmacm >&2
 done
 touch "$tmp/.built"
 chmod 755 "$tmp"

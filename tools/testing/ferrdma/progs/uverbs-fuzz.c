@@ -541,6 +541,31 @@ static void do_destroy_ah(struct worker *w)
 	cmd(w, IB_USER_VERBS_CMD_DESTROY_AH, &core, sizeof(core), NULL, 0, 0);
 }
 
+/* Multicast attach and detach: GIDs mostly from a few IPv4 and IPv6 groups (so attaches
+ * meet earlier ones, fill groups and get detached), sometimes anything. */
+static void do_mcast(struct worker *w)
+{
+	struct ib_uverbs_attach_mcast core = { 0 };
+
+	core.qp_handle = pick(w, &w->qp);
+	core.mlid = (uint16_t)(chance(&w->rng, 90) ? 0 : any_u32(&w->rng));
+	if (chance(&w->rng, 45)) {
+		core.gid[10] = core.gid[11] = 0xff;
+		core.gid[12] = 239;
+		core.gid[15] = (uint8_t)below(&w->rng, 4);
+	} else if (chance(&w->rng, 60)) {
+		core.gid[0] = 0xff;
+		core.gid[1] = 0x0e;
+		core.gid[15] = (uint8_t)below(&w->rng, 4);
+	} else {
+		for (unsigned int i = 0; i < 16; i++)
+			core.gid[i] = (uint8_t)rnd(&w->rng);
+	}
+	/* attach_mcast and detach_mcast have the same layout. */
+	cmd(w, chance(&w->rng, 60) ? IB_USER_VERBS_CMD_ATTACH_MCAST :
+	    IB_USER_VERBS_CMD_DETACH_MCAST, &core, sizeof(core), NULL, 0, 0);
+}
+
 /* The kernel-verbs commands: uverbs marshals work requests for kernel post paths, which a
  * user QP of a driver with its own user data path must refuse. */
 static void do_kernel_verbs(struct worker *w)
@@ -786,8 +811,10 @@ static void worker_run(struct worker *w, uint64_t budget)
 			do_modify_qp(w);
 		} else if (a < 710) {
 			do_destroy_qp(w);
-		} else if (a < 750) {
+		} else if (a < 740) {
 			do_create_ah(w);
+		} else if (a < 750) {
+			do_mcast(w);
 		} else if (a < 770) {
 			do_destroy_ah(w);
 		} else if (a < 830) {
