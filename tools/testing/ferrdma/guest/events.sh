@@ -111,6 +111,8 @@ events_main() {
 		;;
 	limits)
 		"$progs/limits" "$EVENTS_DEV" "$@" || fail "limits on $EVENTS_DEV failed"
+		"$progs/mcast-datacheck" --limits "$EVENTS_DEV" ||
+			fail "multicast limits on $EVENTS_DEV failed"
 		;;
 	rereg-mr)
 		"$progs/rereg-mr" "$EVENTS_DEV" "$@" || fail "rereg-mr on $EVENTS_DEV failed"

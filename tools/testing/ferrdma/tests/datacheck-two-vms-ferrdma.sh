@@ -7,17 +7,40 @@
 # WRITE_WITH_IMM, READ and UD SEND over sizes from 1 B to 8 MiB, one SGE, the most SGEs,
 # inline, unaligned and page-crossing offsets, 3 QPs at once, poisoned targets and every
 # completion field checked. Node 2 serves first (SEND and WRITE data flow node 1 -> node 2,
-# READ data node 2 -> node 1), then node 1 serves (the other way round). Then no verbs object
-# is left and kmemleak is clean on both.
+# READ data node 2 -> node 1), then node 1 serves (the other way round).
+# Then UD multicast (progs/mcast-datacheck.c through the RDMA CM, guest/mcast.sh; every
+# message received once and in order by every joined QP, bytes, immediate, GRH and source QP
+# checked): a group inside node 1 (2 receiving QPs, the sender in another process: the NIC's
+# own copies), a group node 1 sends to with 2 QPs on node 2 and one on node 1 (the wire copy
+# and the loopback copy of the same packets), one node 2 sends to with 2 QPs on node 1; and
+# stock mckey from node 1 to node 2. The device's multicast limits are in limits-ferrdma.
+# Then no verbs object is left and kmemleak is clean on both.
 . "$FERRDMA_HARNESS/guest/datacheck.sh"
+. "$FERRDMA_HARNESS/guest/mcast.sh"
 two_vms_up
+mcast_route_up
 
 sizes=1,2,7,64,101,102,1000,1023,1024,1025,4095,4097,9000,65537,262143,1048577,8388608
 datacheck_pair to-node2 2 ferrdma0 "$gid" -q 3 -s "$sizes"
 datacheck_pair to-node1 1 ferrdma0 "$gid" -q 2 -s "$sizes"
+
+if [ "$FERRDMA_NODE" = 1 ]; then
+	mcast_recv_start mcast-loopback 239.1.1.1 2 200 11 "$FERRDMA_IP"
+	mcast_send mcast-loopback 239.1.1.1 200 11
+	mcast_recv_finish mcast-loopback
+	mcast_recv_start mcast-one-to-both 239.1.1.2 1 200 23 "$FERRDMA_IP"
+	barrier mcast-one-to-both-joined 120
+	mcast_send mcast-one-to-both 239.1.1.2 200 23
+	mcast_recv_finish mcast-one-to-both
+	barrier mcast-one-to-both-done "$MCAST_TIMEOUT"
+else
+	mcast_pair mcast-one-to-both 2 239.1.1.2 2 200 23
+fi
+mcast_pair mcast-two-to-one 1 239.1.1.3 2 200 37
+mcast_mckey mckey 2 239.1.1.4 50
 expect_no_verbs_objects
 barrier finished 120
 
 unload_ferrdma
-kmemleak_check "verbs-datacheck between two VMs"
+kmemleak_check "unicast and multicast data between two VMs"
 note "datacheck-two-vms-ferrdma passed on node $FERRDMA_NODE"

@@ -4,7 +4,8 @@
 #
 # RDMA between two VMs, each with its own ferrdma NIC, over the NIC process's fabric: stock
 # ibv_rc_pingpong (with data check, and event-driven), ibv_ud_pingpong, and perftest's
-# ib_send_bw, ib_write_bw, ib_read_bw and the three latency tools over sizes 2 B..8 MiB.
+# ib_send_bw, ib_write_bw, ib_read_bw and ib_send_lat over sizes 2 B..8 MiB, ib_write_lat and
+# ib_read_lat at 2 B and 64 KiB.
 # Node 2 serves, node 1 connects to it through node 2's RoCE v2 GID; every run must pass on
 # both sides and report its result rows. Then no objects are left and kmemleak is clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -50,11 +51,15 @@ run 0 ibv_ud_pingpong -g "$gid" -n 500 -s 1024
 run 21 ib_send_bw -x "$gid" -a -n 10 -m 1024
 run 21 ib_write_bw -x "$gid" -a -n 10
 run 21 ib_read_bw -x "$gid" -a -n 10
-# The latency tools at perftest's minimum of 5 exchanges per size: they show that every size
-# works as a ping-pong both ways; the bandwidth runs above carry the volume.
+# The latency tools: ib_send_lat over every size at perftest's minimum of 5 exchanges (a
+# ping-pong both ways at each size; the bandwidth runs above carry the volume), the WRITE and
+# READ ping-pongs at a small and a large size (every size costs a start of perftest with
+# 8 MiB buffers, which is what made them long; perftest-loopback runs them at three sizes).
 run 23 ib_send_lat -x "$gid" -a -n 5
-run 23 ib_write_lat -x "$gid" -a -n 5
-run 23 ib_read_lat -x "$gid" -a -n 5
+for s in 2 65536; do
+	run 1 ib_write_lat -x "$gid" -s "$s" -n 100
+	run 1 ib_read_lat -x "$gid" -s "$s" -n 100
+done
 expect_no_verbs_objects
 barrier finished 120
 
