@@ -67,7 +67,8 @@ impl Engine {
         // The NIC's multicast filter: a frame to a multicast MAC is heard only when this NIC
         // has a group for its destination GID (as a NIC programs its MAC filter on attach),
         // so flooded traffic of other groups counts nowhere.
-        if frame.first().is_some_and(|b| b & 1 != 0) && !self.mcast.has_group(&dest_gid(&h.ip)) {
+        let to_group = frame.first().is_some_and(|b| b & 1 != 0);
+        if to_group && !self.mcast.has_group(&dest_gid(&h.ip)) {
             return;
         }
         let ipv4 = self.count_rx(&h.ip, h.eth.vlan.is_some(), frame.len(), h.bth.opcode);
@@ -76,6 +77,12 @@ impl Engine {
         match h.bth.opcode {
             op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM if h.bth.dest_qp == MCAST_QPN => {
                 self.rx_mcast(env, &h, payload)
+            }
+            // Multicast is a UD SEND to the multicast QPN: nothing else to a group's MAC
+            // reaches a QP (an RC request or a datagram naming one QP is not for a group).
+            o if to_group => {
+                log::debug!("dropping opcode {o:#x} to a multicast MAC");
+                self.stats.rx_drops += 1;
             }
             op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM => self.rx_ud(env, &h, payload, h.bth.dest_qp),
             op::RC_ACK

@@ -1139,6 +1139,18 @@ fn ud_multicast_reaches_every_attached_qp_here_and_on_the_wire() {
     assert_eq!(c.len(), 1);
     assert_eq!((c[0].error(), c[0].qp_id(), c[0].len()), (None, UDQPN, 340));
     assert_eq!(net.a.h.read(net.a.dst.gpa + 40, 300), data);
+    // A datagram to the group's MAC and GID that names one QP instead of the multicast QPN
+    // reaches no QP: dropped and counted.
+    net.b.h.post_recv(&mut net.b.ud, &[net.b.dst.sg(0, 340)]);
+    let drops = net.b.h.stats().rx_drops;
+    let one_qp = Wr {
+        qw2: (u64::from(UDQPN) << 32) | u64::from(QKEY),
+        ..wr.clone()
+    };
+    net.a.h.send(&mut net.a.ud, &one_qp);
+    net.run(|_| false);
+    assert!(net.b.h.poll_cq(&mut net.b.rcq).is_empty());
+    assert_eq!(net.b.h.stats().rx_drops, drops + 1);
     // Once B has left the group, its frames are filtered: nothing delivered, nothing
     // counted, not even as a drop.
     assert_eq!(

@@ -14,9 +14,13 @@
 # own copies), a group node 1 sends to with 2 QPs on node 2 and one on node 1 (the wire copy
 # and the loopback copy of the same packets), one node 2 sends to with 2 QPs on node 1; and
 # stock mckey from node 1 to node 2. The device's multicast limits are in limits-ferrdma.
-# Then no verbs object is left and kmemleak is clean on both.
+# Then RoCE over VLAN 100 (guest/vlan.sh): both ports stay bound to eth0 when eth0.100 appears
+# and get its GID; verbs-datacheck over the VLAN GIDs node 1 -> node 2 (that the frames are
+# tagged is shown with rxe, which takes no untagged frame for a VLAN GID:
+# datacheck-rxe-ferrdma). Then no verbs object is left and kmemleak is clean on both.
 . "$FERRDMA_HARNESS/guest/datacheck.sh"
 . "$FERRDMA_HARNESS/guest/mcast.sh"
+. "$FERRDMA_HARNESS/guest/vlan.sh"
 two_vms_up
 mcast_route_up
 
@@ -38,9 +42,17 @@ else
 fi
 mcast_pair mcast-two-to-one 1 239.1.1.3 2 200 37
 mcast_mckey mckey 2 239.1.1.4 50
+
+vlan_up
+vlan_expect_port_on_eth0 ferrdma0
+vgid=$(vlan_gid ferrdma0)
+note "ferrdma0: VLAN GID $vgid on $VLAN_DEV"
+ping_peer "$VLAN_PEER_IP" 60
+barrier vlan-up 120
+datacheck_pair vlan-to-node2 2 ferrdma0 "$vgid" -q 2 -s 1,64,4097,65537,1048577
 expect_no_verbs_objects
 barrier finished 120
 
 unload_ferrdma
-kmemleak_check "unicast and multicast data between two VMs"
+kmemleak_check "unicast, multicast and VLAN data between two VMs"
 note "datacheck-two-vms-ferrdma passed on node $FERRDMA_NODE"
