@@ -6,15 +6,16 @@
 
 use crate::interface::{
     ae, cqe, eqe_kind, fast_reg_fields, flush, gid_is_multicast, mtu_bytes, qp_state, sq_op,
-    wqe as wqef, QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN, MAX_MR_SIZE, MAX_QP, MCAST_QPN,
-    MR_ACCESS_ALL, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC,
-    QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
+    wqe as wqef, QpAttrs, AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MCAST_QPN, MR_ACCESS_ALL,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
+    UD_GRH_SIZE,
 };
 
 use crate::dma::GuestMemory;
 
 use super::cq::CqeData;
 use super::mr::{AccessFault, Need, Seg};
+use super::path::av_vlan;
 use super::qp::Qp;
 use super::seglist::SegList;
 use super::wqe::{self, Sge, SqWqe, WqeError};
@@ -813,8 +814,7 @@ impl Engine {
             ipv4,
             no_scatter: false,
             len: w.len,
-            vlan_tci: (a.av_flags & AV_FLAG_VLAN != 0)
-                .then_some((u16::from(a.traffic_class >> 5) << 13) | (a.vlan_id & 0xfff)),
+            vlan_tci: av_vlan(a).and_then(|v| v.tci().ok()),
             smac: Some(self.port.mac),
         };
         match self.receive(env, dqpn, &msg, src) {

@@ -95,11 +95,7 @@ impl Engine {
         } else {
             sgid.mac
         };
-        let vlan = (a.av_flags & AV_FLAG_VLAN != 0).then_some(Vlan {
-            pcp: a.traffic_class >> 5,
-            dei: false,
-            vid: a.vlan_id & 0xfff,
-        });
+        let vlan = av_vlan(a);
         let h = Headers {
             eth: EthHeader {
                 dst: a.dmac,
@@ -142,4 +138,14 @@ mod tests {
         v6[0] = 0xfe;
         assert!(!is_v4_mapped(&v6));
     }
+}
+
+/// The 802.1Q tag of a path: its VLAN with the priority from the traffic class (DSCP's top
+/// three bits), if the AV has `AV_FLAG_VLAN`.
+pub(super) fn av_vlan(a: &QpAttrs) -> Option<Vlan> {
+    (a.av_flags & AV_FLAG_VLAN != 0).then_some(Vlan {
+        pcp: a.traffic_class >> 5,
+        dei: false,
+        vid: a.vlan_id & 0xfff,
+    })
 }

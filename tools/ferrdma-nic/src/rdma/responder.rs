@@ -668,10 +668,7 @@ impl Engine {
             ipv4,
             no_scatter: false,
             len,
-            vlan_tci: h
-                .eth
-                .vlan
-                .map(|v| (u16::from(v.pcp) << 13) | (u16::from(v.dei) << 12) | v.vid),
+            vlan_tci: h.eth.vlan.and_then(|v| v.tci().ok()),
             smac: Some(h.eth.src),
         };
         match self.receive(env, qpn, &msg, &Src::Bytes(payload.to_vec())) {

@@ -16,7 +16,8 @@ pub struct Vlan {
 }
 
 impl Vlan {
-    fn tci(&self) -> Result<u16> {
+    /// The tag control information; `Err` for a PCP or VID out of range.
+    pub fn tci(&self) -> Result<u16> {
         if self.pcp > 7 {
             return Err(WireError::Field {
                 field: "vlan.pcp",
