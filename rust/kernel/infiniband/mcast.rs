@@ -36,6 +36,35 @@ unsafe fn gid_of(gid: *const bindings::ib_gid) -> Result<McastGid> {
     Ok(McastGid(unsafe { (*gid).raw }))
 }
 
+/// A driver's membership operation: [`Driver::attach_mcast`] or [`Driver::detach_mcast`].
+type MembershipOp<T> =
+    fn(&<T as Driver>::RegistrationData<'_>, &<T as Driver>::Qp, &McastGid) -> Result;
+
+/// The body of both multicast callbacks: `op` on the QP's driver data and the GID.
+///
+/// # Safety
+///
+/// Called by ib_core for a live QP `create_qp` initialised, with a valid `gid`.
+unsafe fn membership<T: Driver>(
+    qp: *mut bindings::ib_qp,
+    gid: *mut bindings::ib_gid,
+    op: MembershipOp<T>,
+) -> c_int {
+    crate::error::from_result(|| {
+        // SAFETY: The QP is live and initialised; `gid` is valid (function contract).
+        let (dev, data, gid) = unsafe {
+            (
+                Device::<T>::from_raw((*qp).device),
+                qp_data::<T>(qp),
+                gid_of(gid)?,
+            )
+        };
+        // SAFETY: Called from an ib_core callback.
+        unsafe { dev.with_data(|d| op(d, data, &gid)) }?;
+        Ok(0)
+    })
+}
+
 /// `attach_mcast`.
 ///
 /// # Safety
@@ -46,19 +75,8 @@ pub(crate) unsafe extern "C" fn attach_mcast<T: Driver>(
     gid: *mut bindings::ib_gid,
     _lid: u16,
 ) -> c_int {
-    crate::error::from_result(|| {
-        // SAFETY: The QP is live and initialised; `gid` is valid (callback contract).
-        let (dev, data, gid) = unsafe {
-            (
-                Device::<T>::from_raw((*qp).device),
-                qp_data::<T>(qp),
-                gid_of(gid)?,
-            )
-        };
-        // SAFETY: Called from an ib_core callback.
-        unsafe { dev.with_data(|d| T::attach_mcast(d, data, &gid)) }?;
-        Ok(0)
-    })
+    // SAFETY: The callback contract is `membership`'s.
+    unsafe { membership::<T>(qp, gid, T::attach_mcast) }
 }
 
 /// `detach_mcast`.
@@ -71,19 +89,8 @@ pub(crate) unsafe extern "C" fn detach_mcast<T: Driver>(
     gid: *mut bindings::ib_gid,
     _lid: u16,
 ) -> c_int {
-    crate::error::from_result(|| {
-        // SAFETY: The QP is live and initialised; `gid` is valid (callback contract).
-        let (dev, data, gid) = unsafe {
-            (
-                Device::<T>::from_raw((*qp).device),
-                qp_data::<T>(qp),
-                gid_of(gid)?,
-            )
-        };
-        // SAFETY: Called from an ib_core callback.
-        unsafe { dev.with_data(|d| T::detach_mcast(d, data, &gid)) }?;
-        Ok(0)
-    })
+    // SAFETY: The callback contract is `membership`'s.
+    unsafe { membership::<T>(qp, gid, T::detach_mcast) }
 }
 
 #[macros::kunit_tests(rust_infiniband_mcast)]
