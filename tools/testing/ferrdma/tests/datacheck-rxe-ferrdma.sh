@@ -58,23 +58,16 @@ barrier vlan-up 120
 vsizes=1,64,4097,65537
 datacheck_pair vlan-rxe-to-ferrdma 1 "$EVENTS_DEV" "$vgid" -q 2 -k 4 -s "$vsizes"
 datacheck_pair vlan-ferrdma-to-rxe 2 "$EVENTS_DEV" "$vgid" -q 2 -k 4 -s "$vsizes"
-# rping with data validation through the RDMA CM over the VLAN addresses; ferrdma serves.
-log=/tmp/vlan-rping
-if [ "$FERRDMA_NODE" = 1 ]; then
-	timeout 120 rping -s -a "$VLAN_MY_IP" -p 7400 -C 20 -S 4096 -V > "$log" 2>&1 &
-	pid=$!
-	cm_wait_listener "$pid" 7400 "$log"
-	barrier vlan-rping-listening 120
-	rc=0
-	wait "$pid" || rc=$?
-	[ "$rc" = 0 ] || { cat "$log"; fail "rping server over the VLAN failed with status $rc"; }
-else
-	barrier vlan-rping-listening 120
-	rc=0
-	timeout 120 rping -c -a "$VLAN_PEER_IP" -p 7400 -C 20 -S 4096 -V -v > "$log" 2>&1 || rc=$?
-	[ "$rc" = 0 ] || { cat "$log"; fail "rping client over the VLAN failed with status $rc"; }
-	cm_check "$log" 20 "ping data" "rping client over the VLAN"
-fi
+# rping with data validation through the RDMA CM over the VLAN addresses: cm_pair, node 1
+# (ferrdma) serving, with the restrack counts of now as its reference.
+CM_MODE=two
+mkdir -p "$CM_LOGS"
+CM_RES_BEFORE=$(rdma res show "$EVENTS_DEV")
+CM_CMID_BEFORE=$(rdma res show cm_id)
+cm_pair vlan-rping 7400 \
+	-s 20 '^server ping data: rdma-ping-' -c 20 '^ping data: rdma-ping-' -- \
+	rping -s -a 10.78.0.1 -p 7400 -v -V -C 20 -S 4096 -- \
+	rping -c -a 10.78.0.1 -p 7400 -v -V -C 20 -S 4096
 note "rping over VLAN $VLAN_ID passed"
 barrier finished 120
 
