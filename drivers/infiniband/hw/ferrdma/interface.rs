@@ -54,7 +54,9 @@ pub const VERSION_MAJOR: u16 = 1;
 /// 5: CQ resize follows the consumer's ring switch ([`cq_shadow::SELECT_MASK`]) and refuses
 ///    a ring too small for the unpolled CQEs; port counters ([`admin_op::QUERY_COUNTERS`]).
 /// 6: multicast groups ([`admin_op::MCAST_ATTACH`], [`Caps::max_mcast_grp`]).
-pub const VERSION_MINOR: u16 = 6;
+/// 7: two-level FAST_REG page lists ([`fast_reg::TWO_LEVEL`]) and up to
+///    [`MAX_FAST_REG_PAGES`] pages per fast registration (512 before).
+pub const VERSION_MINOR: u16 = 7;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -978,8 +980,9 @@ wire_struct! {
 }
 
 /// Largest page list of one fast registration ([`AllocMr::max_pages`], the FAST_REG WQE's
-/// page count).
-pub const MAX_FAST_REG_PAGES: u32 = 512;
+/// page count): two levels of [`PBL_ENTRIES_PER_PAGE`], irdma's `IRDMA_MAX_PAGES_PER_FMR`.
+/// Devices before 1.7 report 512 in [`Caps::max_fast_reg_pages`] (one level only).
+pub const MAX_FAST_REG_PAGES: u32 = MAX_PBL_PAGES;
 
 wire_struct! {
     /// ALLOC_MR: reserves MR table entry `stag` for fast registration by a privileged QP's
@@ -1006,12 +1009,20 @@ wire_struct! {
     }
 }
 
-/// FAST_REG WQE (one quantum; manual, "Fast registration"): qw0 is the iova, qw1 the bus
-/// address of the page list (u64 LE page addresses, 8-byte aligned), qw2 the fields below,
-/// header bits 31:0 the STag to install (index of an ALLOC_MR entry, new key).
+/// FAST_REG WQE (one quantum; manual, "Fast registration"): qw0 is the iova, qw1 the page
+/// list ([`fast_reg_qw1`]), qw2 the fields below, header bits 31:0 the STag to install (index
+/// of an ALLOC_MR entry, new key).
+///
+/// A one-level list is up to [`PBL_ENTRIES_PER_PAGE`] contiguous page addresses at qw1. A
+/// two-level list ([`TWO_LEVEL`](fast_reg::TWO_LEVEL)) names a 4 KiB-aligned root page of
+/// list-page addresses, each list page holding up to 512 page addresses (as a
+/// [`PBL_LEVEL_2`] page list); the root's alignment frees qw1 bits 11:0 for the high bits of
+/// the page count, which qw2's 12-bit field cannot hold.
 pub mod fast_reg {
     /// qw2: MR length in bytes, bits 40:0 (1..=`MAX_MR_SIZE`).
     pub const LEN_HI: u32 = 40;
+    /// qw2: the page list has two levels (since 1.7).
+    pub const TWO_LEVEL: u32 = 41;
     /// qw2: log2 of the page size (12, 21 or 30), bits 47:42.
     pub const SHIFT_LO: u32 = 42;
     /// qw2: page shift high bit.
@@ -1020,13 +1031,17 @@ pub mod fast_reg {
     pub const ACCESS_LO: u32 = 48;
     /// qw2: access high bit.
     pub const ACCESS_HI: u32 = 51;
-    /// qw2: page count, bits 63:52.
+    /// qw2: page count bits 11:0, in bits 63:52.
     pub const NPAGES_LO: u32 = 52;
     /// qw2: page count high bit.
     pub const NPAGES_HI: u32 = 63;
+    /// Page count bits qw2 holds.
+    pub const NPAGES_QW2_BITS: u32 = NPAGES_HI - NPAGES_LO + 1;
+    /// qw1 of a two-level list: page count bits 23:12, in bits 11:0 below the root address.
+    pub const QW1_NPAGES_MASK: u64 = 0xfff;
 }
 
-/// The decoded qw2 of a FAST_REG WQE.
+/// The decoded qw1 and qw2 of a FAST_REG WQE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FastRegFields {
     /// MR length in bytes.
@@ -1037,6 +1052,20 @@ pub struct FastRegFields {
     pub access: u32,
     /// Pages in the page list.
     pub npages: u32,
+    /// The list has two levels: `list` is a root page of list pages.
+    pub two_level: bool,
+    /// Bus address of the page list (two levels: of the root page, 4 KiB-aligned).
+    pub list: u64,
+}
+
+/// Encodes qw1 of a FAST_REG WQE (a two-level list's root address loses bits 11:0).
+pub const fn fast_reg_qw1(f: FastRegFields) -> u64 {
+    if f.two_level {
+        (f.list & !fast_reg::QW1_NPAGES_MASK)
+            | ((f.npages >> fast_reg::NPAGES_QW2_BITS) as u64 & fast_reg::QW1_NPAGES_MASK)
+    } else {
+        f.list
+    }
 }
 
 /// Encodes qw2 of a FAST_REG WQE (fields too wide for theirs are truncated).
@@ -1044,32 +1073,52 @@ pub const fn fast_reg_qw2(f: FastRegFields) -> u64 {
     set_bits(
         set_bits(
             set_bits(
-                bits(f.length, fast_reg::LEN_HI, 0),
-                fast_reg::SHIFT_HI,
-                fast_reg::SHIFT_LO,
-                f.page_shift as u64,
+                set_bits(
+                    bits(f.length, fast_reg::LEN_HI, 0),
+                    fast_reg::SHIFT_HI,
+                    fast_reg::SHIFT_LO,
+                    f.page_shift as u64,
+                ),
+                fast_reg::ACCESS_HI,
+                fast_reg::ACCESS_LO,
+                f.access as u64,
             ),
-            fast_reg::ACCESS_HI,
-            fast_reg::ACCESS_LO,
-            f.access as u64,
+            fast_reg::NPAGES_HI,
+            fast_reg::NPAGES_LO,
+            f.npages as u64,
         ),
-        fast_reg::NPAGES_HI,
-        fast_reg::NPAGES_LO,
-        f.npages as u64,
+        fast_reg::TWO_LEVEL,
+        fast_reg::TWO_LEVEL,
+        f.two_level as u64,
     )
 }
 
-/// Decodes qw2 of a FAST_REG WQE.
-pub const fn fast_reg_fields(qw2: u64) -> FastRegFields {
+/// Decodes qw1 and qw2 of a FAST_REG WQE.
+pub const fn fast_reg_fields(qw1: u64, qw2: u64) -> FastRegFields {
+    let two_level = bits(qw2, fast_reg::TWO_LEVEL, fast_reg::TWO_LEVEL) != 0;
+    let low = bits(qw2, fast_reg::NPAGES_HI, fast_reg::NPAGES_LO) as u32;
+    let (npages, list) = if two_level {
+        (
+            low | ((qw1 & fast_reg::QW1_NPAGES_MASK) as u32) << fast_reg::NPAGES_QW2_BITS,
+            qw1 & !fast_reg::QW1_NPAGES_MASK,
+        )
+    } else {
+        (low, qw1)
+    };
     FastRegFields {
         length: bits(qw2, fast_reg::LEN_HI, 0),
         page_shift: bits(qw2, fast_reg::SHIFT_HI, fast_reg::SHIFT_LO) as u8,
         access: bits(qw2, fast_reg::ACCESS_HI, fast_reg::ACCESS_LO) as u32,
-        npages: bits(qw2, fast_reg::NPAGES_HI, fast_reg::NPAGES_LO) as u32,
+        npages,
+        two_level,
+        list,
     }
 }
 
-const _: () = assert!(MAX_FAST_REG_PAGES < 1 << (fast_reg::NPAGES_HI - fast_reg::NPAGES_LO + 1));
+// One level fits qw2's count; two levels fit qw2's and qw1's together.
+const _: () = assert!(PBL_ENTRIES_PER_PAGE < 1 << fast_reg::NPAGES_QW2_BITS);
+const _: () = assert!((MAX_FAST_REG_PAGES as u64) < 1 << (fast_reg::NPAGES_QW2_BITS + 12));
+const _: () = assert!(MAX_FAST_REG_PAGES <= MAX_PBL_PAGES);
 const _: () = assert!(MAX_MR_SIZE < 1 << (fast_reg::LEN_HI + 1));
 const _: () = assert!(MR_ACCESS_ALL < 1 << (fast_reg::ACCESS_HI - fast_reg::ACCESS_LO + 1));
 

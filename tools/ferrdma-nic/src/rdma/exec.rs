@@ -6,15 +6,16 @@
 
 use crate::interface::{
     ae, cqe, eqe_kind, fast_reg_fields, flush, gid_is_multicast, mtu_bytes, qp_state, sq_op,
-    wqe as wqef, QpAttrs, AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MCAST_QPN, MR_ACCESS_ALL,
-    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM,
-    UD_GRH_SIZE,
+    wqe as wqef, FastRegFields, PageList, QpAttrs, AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MCAST_QPN,
+    MR_ACCESS_ALL, PBL_ENTRIES_PER_PAGE, PBL_LEVEL_2, QP_ACCESS_REMOTE_READ,
+    QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
 };
 
 use crate::dma::GuestMemory;
 
 use super::cq::CqeData;
 use super::mr::{AccessFault, Need, Seg};
+use super::pagelist::{self, PageListError};
 use super::path::av_vlan;
 use super::qp::Qp;
 use super::seglist::SegList;
@@ -121,6 +122,10 @@ pub(super) enum FastRegError {
     ListDma(u64),
     #[error("page address {0:#x} is not aligned to the page size")]
     PageAlign(u64),
+    #[error("{0} pages in a one-level page list (two levels above {PBL_ENTRIES_PER_PAGE})")]
+    OneLevelTooLong(u32),
+    #[error("two-level page list: {0} ({1:#x})")]
+    TwoLevel(&'static str, u64),
 }
 
 impl FastRegError {
@@ -665,8 +670,8 @@ impl Engine {
     /// Nothing changes unless everything is right.
     fn fast_register(&mut self, env: &Env<'_>, pd: u32, w: &SqWqe) -> Result<(), FastRegError> {
         let stag = w.hdr_low;
-        let (iova, pbl) = (w.qw0, w.qw1);
-        let f = fast_reg_fields(w.qw2);
+        let iova = w.qw0;
+        let f = fast_reg_fields(w.qw1, w.qw2);
         if !matches!(f.page_shift, 12 | 21 | 30) {
             return Err(FastRegError::PageShift(f.page_shift));
         }
@@ -694,22 +699,11 @@ impl Engine {
         if f.npages > mr.max_pages {
             return Err(FastRegError::TooManyPages(f.npages, mr.max_pages));
         }
-        if pbl % 8 != 0 {
-            return Err(FastRegError::ListAlign(pbl));
-        }
-        // npages <= max_pages <= MAX_FAST_REG_PAGES: at most 4 KiB read.
-        let mut raw = vec![0u8; f.npages as usize * 8];
-        env.mem.read(pbl, &mut raw).map_err(|_| {
-            self.stats.dma_faults += 1;
-            FastRegError::ListDma(pbl)
-        })?;
-        let pages: Vec<u64> = raw
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect();
-        if let Some(&bad) = pages.iter().find(|&&a| a % ps != 0) {
-            return Err(FastRegError::PageAlign(bad));
-        }
+        let pages = if f.two_level {
+            self.fast_reg_two_level(env, &f)?
+        } else {
+            self.fast_reg_one_level(env, &f)?
+        };
         let mr = self.mrs.slot_mut(stag).ok_or(FastRegError::NoMr)?;
         mr.key = stag as u8;
         mr.access = f.access;
@@ -719,6 +713,64 @@ impl Engine {
         mr.pages = pages;
         mr.valid = true;
         Ok(())
+    }
+
+    /// The pages of a one-level FAST_REG list: `npages` (at most 512) contiguous addresses.
+    fn fast_reg_one_level(
+        &mut self,
+        env: &Env<'_>,
+        f: &FastRegFields,
+    ) -> Result<Vec<u64>, FastRegError> {
+        if f.npages > PBL_ENTRIES_PER_PAGE {
+            return Err(FastRegError::OneLevelTooLong(f.npages));
+        }
+        if f.list % 8 != 0 {
+            return Err(FastRegError::ListAlign(f.list));
+        }
+        // At most 512 entries: 4 KiB read.
+        let mut raw = vec![0u8; f.npages as usize * 8];
+        env.mem.read(f.list, &mut raw).map_err(|_| {
+            self.stats.dma_faults += 1;
+            FastRegError::ListDma(f.list)
+        })?;
+        let pages: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        let ps = 1u64 << f.page_shift;
+        if let Some(&bad) = pages.iter().find(|&&a| a % ps != 0) {
+            return Err(FastRegError::PageAlign(bad));
+        }
+        Ok(pages)
+    }
+
+    /// The pages of a two-level FAST_REG list: a root page of list pages, read like a
+    /// REG_MR page list of [`PBL_LEVEL_2`].
+    fn fast_reg_two_level(
+        &mut self,
+        env: &Env<'_>,
+        f: &FastRegFields,
+    ) -> Result<Vec<u64>, FastRegError> {
+        let pl = PageList {
+            addr: f.list,
+            npages: f.npages,
+            level: PBL_LEVEL_2,
+            rsvd0: 0,
+            rsvd1: 0,
+        };
+        pagelist::resolve(env.mem, &pl, u32::from(f.page_shift)).map_err(|e| match e {
+            PageListError::Dma(_) => {
+                self.stats.dma_faults += 1;
+                FastRegError::ListDma(f.list)
+            }
+            PageListError::Misaligned { addr } => {
+                FastRegError::TwoLevel("a list page or page address is misaligned", addr)
+            }
+            PageListError::Count(n) => FastRegError::Pages(n),
+            PageListError::Level(_) | PageListError::Wrap { .. } => {
+                FastRegError::TwoLevel("unexpected list shape", f.list)
+            }
+        })
     }
 
     fn ud_send(&mut self, env: &Env<'_>, qp_id: u32, w: &SqWqe, src: &Src) -> Outcome {

@@ -68,6 +68,7 @@ fn qw2(length: u64, page_shift: u8, access: u32, npages: u32) -> u64 {
         page_shift,
         access,
         npages,
+        ..Default::default()
     })
 }
 
@@ -427,19 +428,204 @@ fn caps_report_the_fast_reg_page_limit() {
 }
 
 #[test]
-fn fast_reg_qw2_round_trips() {
-    let f = FastRegFields {
+fn fast_reg_fields_round_trip_for_one_and_two_levels() {
+    let one = FastRegFields {
         length: MAX_MR_SIZE,
         page_shift: 30,
         access: MR_ACCESS_ALL,
-        npages: MAX_FAST_REG_PAGES,
+        npages: PBL_ENTRIES_PER_PAGE,
+        two_level: false,
+        list: 0x1234_5678,
     };
-    assert_eq!(fast_reg_fields(fast_reg_qw2(f)), f);
+    assert_eq!(fast_reg_fields(fast_reg_qw1(one), fast_reg_qw2(one)), one);
+    let two = FastRegFields {
+        npages: MAX_FAST_REG_PAGES,
+        two_level: true,
+        list: 0x8_7654_3000,
+        ..one
+    };
+    assert_eq!(fast_reg_fields(fast_reg_qw1(two), fast_reg_qw2(two)), two);
+    // 262144 = 0x40000: bits 11:0 (0) in qw2 63:52, bits 23:12 (0x40) in qw1 11:0.
+    assert_eq!(fast_reg_qw1(two), 0x8_7654_3040);
+    assert_eq!(fast_reg_qw2(two) >> 52, 0);
+    assert_eq!(fast_reg_qw2(two) >> 41 & 1, 1);
     let q = fast_reg_qw2(FastRegFields {
         length: 0x2d00,
         page_shift: 12,
         access: MR_ACCESS_REMOTE_WRITE,
         npages: 3,
+        ..Default::default()
     });
     assert_eq!(q, 0x2d00 | 12 << 42 | 2 << 48 | 3 << 52);
+}
+
+/// A two-level page list of `n` entries cycling through `distinct` scattered pages (so a
+/// list of the device's maximum needs little guest memory): the root page names the list
+/// pages, each of 512 entries.
+struct Tree {
+    pages: Vec<u64>,
+    root: u64,
+    leaves: Vec<u64>,
+    n: u32,
+}
+
+fn tree(h: &mut Host, n: u32, distinct: u32) -> Tree {
+    let pages = h.scattered_pages(distinct);
+    let per = PBL_ENTRIES_PER_PAGE as usize;
+    let entries: Vec<u64> = (0..n as usize).map(|i| pages[i % pages.len()]).collect();
+    let leaves: Vec<u64> = entries
+        .chunks(per)
+        .map(|chunk| {
+            let leaf = h.alloc(4096, 4096);
+            let raw: Vec<u8> = chunk.iter().flat_map(|p| p.to_le_bytes()).collect();
+            h.write(leaf, &raw);
+            leaf
+        })
+        .collect();
+    let root = h.alloc(4096, 4096);
+    let raw: Vec<u8> = leaves.iter().flat_map(|p| p.to_le_bytes()).collect();
+    h.write(root, &raw);
+    Tree {
+        pages,
+        root,
+        leaves,
+        n,
+    }
+}
+
+impl Tree {
+    /// Where byte `off` of the region (iova = the first page) lives.
+    fn gpa(&self, off: u64) -> u64 {
+        self.pages[((off / 4096) % self.pages.len() as u64) as usize] + off % 4096
+    }
+    /// A FAST_REG of all `n` pages with the two-level fields.
+    fn wr(&self, stag: u32) -> Wr {
+        let f = FastRegFields {
+            length: u64::from(self.n) * 4096,
+            page_shift: 12,
+            access: ALL,
+            npages: self.n,
+            two_level: true,
+            list: self.root,
+        };
+        Wr {
+            opcode: sq_op::FAST_REG,
+            signaled: true,
+            hdr_low: stag,
+            qw0: self.pages[0],
+            qw1: fast_reg_qw1(f),
+            qw2: fast_reg_qw2(f),
+            ..Default::default()
+        }
+    }
+}
+
+#[test]
+fn a_two_level_list_of_the_device_maximum_maps_every_list_page() {
+    let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
+    let stag = (FR_INDEX << 8) | 1;
+    assert_eq!(
+        alloc_mr(&mut r.h, stag, 1, MAX_FAST_REG_PAGES).status,
+        admin_status::OK
+    );
+    // 7 distinct pages, so consecutive region pages land on different pages everywhere.
+    let t = tree(&mut r.h, MAX_FAST_REG_PAGES, 7);
+    assert_eq!(t.leaves.len(), 512);
+    let stag = (FR_INDEX << 8) | 2;
+    assert_eq!(on_b(&mut r, &t.wr(stag)).error(), None);
+    let mr = r.h.dev().engine().mrs().slot(stag).unwrap().clone();
+    assert_eq!(
+        (mr.pages.len(), mr.valid),
+        (MAX_FAST_REG_PAGES as usize, true)
+    );
+    // WRITEs across the first, a middle and the last list page boundaries, and into the
+    // region's last bytes; each lands in the pages the list names.
+    let len = u64::from(t.n) * 4096;
+    for (k, off) in [
+        0x800u64,
+        512 * 4096 - 0x400,
+        131_072 * 4096 - 0x10,
+        len - 0x1000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = pattern(0x1000, k as u8 + 1);
+        r.h.buf_write(&r.buf_a, 0, &data);
+        r.h.send(
+            &mut r.a,
+            &write_wr(stag, t.pages[0] + off, r.buf_a.sg(0, 0x1000)),
+        );
+        let c = r.h.poll_cq(&mut r.cq_a);
+        assert_eq!(
+            (c[0].op(), c[0].error()),
+            (sq_op::RDMA_WRITE, None),
+            "{off:#x}"
+        );
+        let got: Vec<u8> = (0..0x1000u64)
+            .map(|i| r.h.read(t.gpa(off + i), 1)[0])
+            .collect();
+        assert_eq!(got, data, "WRITE at region offset {off:#x}");
+    }
+    // One byte past the end is refused.
+    assert_eq!(
+        r.first_error(&write_wr(stag, t.pages[0] + len, r.buf_a.sg(0, 1))),
+        Some((cqe::MAJERR_FLUSH, flush::REM_ACCESS))
+    );
+    assert!(r.h.guards_intact());
+}
+
+#[test]
+fn malformed_two_level_lists_are_refused() {
+    let stag = (FR_INDEX << 8) | 2;
+    let cases: Vec<(Box<dyn Fn(&mut Host, &Tree, &mut Wr)>, u16)> = vec![
+        // The root outside guest memory.
+        (
+            Box::new(|_, _, w| w.qw1 = (RAM_BASE - 4096) | (w.qw1 & 0xfff)),
+            flush::PROT,
+        ),
+        // A list page address that is not 8-byte aligned.
+        (
+            Box::new(|h, t, _| h.write(t.root + 8, &(t.leaves[1] + 4).to_le_bytes())),
+            flush::LOC_QP_OP,
+        ),
+        // A list page (of 88 entries) that runs past its 4 KiB page.
+        (
+            Box::new(|h, t, _| h.write(t.root + 8, &(t.leaves[1] + 4000).to_le_bytes())),
+            flush::LOC_QP_OP,
+        ),
+        // A list page outside guest memory.
+        (
+            Box::new(|h, t, _| h.write(t.root, &(RAM_BASE - 4096).to_le_bytes())),
+            flush::PROT,
+        ),
+        // A page address in the second list page that is not page aligned.
+        (
+            Box::new(|h, t, _| h.write(t.leaves[1] + 16, &(t.pages[0] + 0x10).to_le_bytes())),
+            flush::LOC_QP_OP,
+        ),
+        // More pages than the MR's maximum (qw1 carries the count's high bits).
+        (Box::new(|_, _, w| w.qw1 |= 1), flush::MW_BIND),
+        // The same 600 pages as a one-level list: one level holds 512.
+        (
+            Box::new(|_, t, w| {
+                w.qw1 = t.leaves[0];
+                w.qw2 &= !(1 << fast_reg::TWO_LEVEL);
+            }),
+            flush::LOC_QP_OP,
+        ),
+    ];
+    for (spoil, minor) in cases {
+        let mut r = Rig::rc_flags(QP_FLAG_PRIVILEGED);
+        assert_eq!(
+            alloc_mr(&mut r.h, (FR_INDEX << 8) | 1, 1, 600).status,
+            admin_status::OK
+        );
+        let t = tree(&mut r.h, 600, 3);
+        let mut w = t.wr(stag);
+        spoil(&mut r.h, &t, &mut w);
+        refused(&mut r, &w, minor);
+        let mr = r.h.dev().engine().mrs().slot(stag).unwrap().clone();
+        assert!(!mr.valid && mr.pages.is_empty());
+    }
 }

@@ -186,7 +186,10 @@ pub fn op() -> BoxedStrategy<Op> {
                         length,
                         page_shift,
                         access,
-                        npages
+                        npages,
+                        // Odd counts as two-level lists: qw1 then names a root page.
+                        two_level: npages % 2 == 1,
+                        list: 0,
                     })),
                 any::<u64>()
             ],
@@ -600,10 +603,15 @@ proptest! {
         length in 0u64..(2 << 40),
         page_shift in 0u8..64,
         access in 0u32..16,
-        npages in 0u32..4096,
+        npages in 0u32..(1 << 24),
+        two_level in any::<bool>(),
+        list in any::<u64>(),
     ) {
-        let f = FastRegFields { length, page_shift, access, npages };
-        prop_assert_eq!(fast_reg_fields(fast_reg_qw2(f)), f);
+        // One level: qw1 is the list, qw2 holds 12 bits of count; two levels: a 4 KiB root
+        // and 24 bits of count.
+        let (npages, list) = if two_level { (npages, list & !0xfff) } else { (npages & 0xfff, list) };
+        let f = FastRegFields { length, page_shift, access, npages, two_level, list };
+        prop_assert_eq!(fast_reg_fields(fast_reg_qw1(f), fast_reg_qw2(f)), f);
     }
 
     #[test]

@@ -863,6 +863,7 @@ fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
             page_shift: 12,
             access: ACC,
             npages: 3,
+            ..Default::default()
         }),
         ..Default::default()
     };
