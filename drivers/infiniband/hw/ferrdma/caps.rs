@@ -417,7 +417,10 @@ mod tests {
         );
         assert_eq!(c.page_size_cap, hw::PAGE_SIZE_CAP);
         assert_eq!(c.max_rd_atomic, 16);
-        assert_eq!((c.max_fast_reg_pages, c.max_eq_moderation_us), (512, 8160));
+        assert_eq!(
+            (c.max_fast_reg_pages, c.max_eq_moderation_us),
+            (262_144, 8160)
+        );
         assert_eq!((c.max_mcast_grp, c.max_mcast_qp_attach), (256, 16));
         assert_eq!(clamps.as_slice().len(), 20);
         assert_eq!(

@@ -245,12 +245,11 @@ fn sq_op<T: kernel::infiniband::Driver<Ah = crate::ah::Ah, Mr = crate::mr::Mr>>(
             let Some(crate::mr::Mr::FastReg(f)) = wr.mr else {
                 return Err(EINVAL);
             };
-            let (pbl, fields) = f.wqe_fields(key, access, length, page_size)?;
+            let fields = f.wqe_fields(key, access, length, page_size)?;
             (
                 SqOp::FastReg {
                     stag: key,
                     iova,
-                    pbl,
                     fields,
                 },
                 None,

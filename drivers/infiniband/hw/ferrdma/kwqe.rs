@@ -43,7 +43,6 @@ pub(crate) enum SqOp {
     FastReg {
         stag: u32,
         iova: u64,
-        pbl: u64,
         fields: hw::FastRegFields,
     },
 }
@@ -129,14 +128,9 @@ pub(crate) fn sq_wqe(op: SqOp, flags: SqFlags, data: Payload<'_>, polarity: bool
             w.qw[1] = u64::from(stag);
             (0, 0)
         }
-        SqOp::FastReg {
-            stag,
-            iova,
-            pbl,
-            fields,
-        } => {
+        SqOp::FastReg { stag, iova, fields } => {
             w.qw[0] = iova;
-            w.qw[1] = pbl;
+            w.qw[1] = hw::fast_reg_qw1(fields);
             (stag, hw::fast_reg_qw2(fields))
         }
     };
@@ -532,24 +526,22 @@ mod tests {
             page_shift: 12,
             access: hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE,
             npages: 3,
+            two_level: false,
+            list: 0x8000_0040,
         };
-        let w = sq_wqe(
-            SqOp::FastReg {
-                stag: 0x507,
-                iova: 0x1_2345_6100,
-                pbl: 0x8000_0040,
-                fields,
-            },
-            SqFlags {
-                signaled: true,
-                fence: true,
-                // Ignored: a FAST_REG carries no immediate data.
-                imm: Some(9),
-                ..SqFlags::default()
-            },
-            Payload::Frags(&[]),
-            true,
-        )?;
+        let flags = SqFlags {
+            signaled: true,
+            fence: true,
+            // Ignored: a FAST_REG carries no immediate data.
+            imm: Some(9),
+            ..SqFlags::default()
+        };
+        let op = |fields| SqOp::FastReg {
+            stag: 0x507,
+            iova: 0x1_2345_6100,
+            fields,
+        };
+        let w = sq_wqe(op(fields), flags, Payload::Frags(&[]), true)?;
         assert_eq!(w.quanta, 1);
         assert_eq!(w.qw[0], 0x1_2345_6100);
         assert_eq!(w.qw[1], 0x8000_0040);
@@ -562,7 +554,18 @@ mod tests {
         assert_eq!((h >> 47) & 1, 0);
         assert_eq!((h >> 38) & 0xf, 0);
         assert_eq!(hw::sq_wqe_quanta(h), 1);
-        assert_eq!(hw::fast_reg_fields(w.qw[2]), fields);
+        assert_eq!(hw::fast_reg_fields(w.qw[1], w.qw[2]), fields);
+        // Two levels: a 4 KiB root, count bits 23:12 in qw1 11:0, bits 11:0 in qw2 63:52.
+        let two = hw::FastRegFields {
+            npages: 0x1234,
+            two_level: true,
+            list: 0x9000_0000,
+            ..fields
+        };
+        let w = sq_wqe(op(two), flags, Payload::Frags(&[]), true)?;
+        assert_eq!(w.qw[1], 0x9000_0001);
+        assert_eq!(w.qw[2], 0x2d00 | 1 << 41 | 12 << 42 | 3 << 48 | 0x234 << 52);
+        assert_eq!(hw::fast_reg_fields(w.qw[1], w.qw[2]), two);
         Ok(())
     }
 
@@ -571,7 +574,6 @@ mod tests {
         let op = SqOp::FastReg {
             stag: 0x100,
             iova: 0,
-            pbl: 0,
             fields: hw::FastRegFields::default(),
         };
         assert_eq!(sq_wc_opcode(&op), WcOpcode::RegMr);

@@ -13,7 +13,7 @@ use crate::{
     admin::header,
     ibdev::{IbData, Pd, UContext},
     interface as hw,
-    pbl::PageList,
+    pbl::{self, PageList},
 };
 use kernel::{
     dma::Coherent,
@@ -91,11 +91,70 @@ pub(crate) enum Mr {
 pub(crate) struct FastRegMr {
     /// MR table index (the key byte changes with every registration).
     index: u32,
-    /// Page list entries (bus addresses, little-endian), `max_pages` of them.
-    pages: Coherent<[u64]>,
+    /// Where `map_mr_sg` puts the page addresses.
+    list: FastRegList,
     max_pages: u32,
     /// Entries `map_mr_sg` filled.
     npages: Atomic<u32>,
+}
+
+/// The page list of a fast-registration MR, laid out once at `alloc_mr` for its largest
+/// registration (manual, "Fast registration").
+enum FastRegList {
+    /// Up to 512 entries (bus addresses, little-endian) the FAST_REG WQE names directly.
+    OneLevel(Coherent<[u64]>),
+    /// List pages of 512 entries and a 4 KiB root page naming them, written at allocation:
+    /// 4 KiB allocations instead of one of up to 2 MiB.
+    TwoLevel {
+        root: Coherent<[u64]>,
+        leaves: KVec<Coherent<[u64]>>,
+    },
+}
+
+impl FastRegList {
+    /// A list for up to `max_pages` entries: one level up to 512, two levels above.
+    fn new(dev: &kernel::device::Device<kernel::device::Bound>, max_pages: u32) -> Result<Self> {
+        let per = hw::PBL_ENTRIES_PER_PAGE;
+        if max_pages <= per {
+            return Ok(Self::OneLevel(Coherent::<u64>::zeroed_slice(
+                dev,
+                max_pages as usize,
+                GFP_KERNEL,
+            )?));
+        }
+        let n = max_pages.div_ceil(per) as usize;
+        let mut leaves = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            let leaf = pbl::list_page(dev, &[])?;
+            addrs.push(leaf.dma_address(), GFP_KERNEL)?;
+            leaves.push(leaf, GFP_KERNEL)?;
+        }
+        let root = pbl::list_page(dev, &addrs)?;
+        Ok(Self::TwoLevel { root, leaves })
+    }
+
+    /// Stores entry `i`; `ENOMEM` past the list's end.
+    fn set(&self, i: u32, addr: u64) -> Result {
+        let per = hw::PBL_ENTRIES_PER_PAGE;
+        let (page, slot) = match self {
+            Self::OneLevel(p) => (p, i as usize),
+            Self::TwoLevel { leaves, .. } => (
+                leaves.get((i / per) as usize).ok_or(ENOMEM)?,
+                (i % per) as usize,
+            ),
+        };
+        io_write!(page, [try: slot], addr.to_le());
+        Ok(())
+    }
+
+    /// The FAST_REG WQE's list address and whether it has two levels.
+    fn wqe_list(&self) -> (u64, bool) {
+        match self {
+            Self::OneLevel(p) => (p.dma_address(), false),
+            Self::TwoLevel { root, .. } => (root.dma_address(), true),
+        }
+    }
 }
 
 impl FastRegMr {
@@ -110,29 +169,31 @@ impl FastRegMr {
         if n >= self.max_pages {
             return Err(ENOMEM);
         }
-        io_write!(self.pages, [try: n as usize], addr.to_le());
+        self.list.set(n, addr)?;
         self.npages.store(n + 1, Relaxed);
         Ok(())
     }
 
-    /// The FAST_REG WQE's page list address and fields for registering `key` over the pages
-    /// mapped so far (see [`fast_reg_fields`]).
+    /// The FAST_REG WQE's fields for registering `key` over the pages mapped so far (see
+    /// [`fast_reg_fields`]).
     pub(crate) fn wqe_fields(
         &self,
         key: u32,
         access: Access,
         length: u64,
         page_size: u32,
-    ) -> Result<(u64, hw::FastRegFields)> {
+    ) -> Result<hw::FastRegFields> {
         let npages = self.npages.load(Relaxed);
+        let (list, two_level) = self.list.wqe_list();
         let f = fast_reg_fields(self.index, npages, key, access, length, page_size)?;
-        Ok((self.pages.dma_address(), f))
+        with_list(f, list, two_level)
     }
 }
 
 /// The FAST_REG fields of MR table entry `index` holding `npages` mapped pages, registered
-/// under `key`. `EINVAL` if `key` names another entry, nothing is mapped, the page size is one
-/// the device lacks, the length is out of range or the rights are unsupported.
+/// under `key` (the list is placed by [`with_list`]). `EINVAL` if `key` names another entry,
+/// nothing is mapped, the page size is one the device lacks, the length is out of range or
+/// the rights are unsupported.
 fn fast_reg_fields(
     index: u32,
     npages: u32,
@@ -155,6 +216,26 @@ fn fast_reg_fields(
         page_shift: page_size.trailing_zeros() as u8,
         access: mr_access(access).map_err(|_| EINVAL)?,
         npages,
+        two_level: false,
+        list: 0,
+    })
+}
+
+/// `f` with its page list at `list`; `EINVAL` if the count does not fit the list's format
+/// (one level: 512 entries; two levels: the device's maximum under a 4 KiB-aligned root).
+fn with_list(f: hw::FastRegFields, list: u64, two_level: bool) -> Result<hw::FastRegFields> {
+    let fits = if two_level {
+        list & hw::fast_reg::QW1_NPAGES_MASK == 0 && f.npages <= hw::MAX_FAST_REG_PAGES
+    } else {
+        f.npages <= hw::PBL_ENTRIES_PER_PAGE
+    };
+    if !fits {
+        return Err(EINVAL);
+    }
+    Ok(hw::FastRegFields {
+        two_level,
+        list,
+        ..f
     })
 }
 
@@ -423,7 +504,7 @@ impl IbData<'_> {
             return Err(EINVAL);
         }
         crate::fault::step()?;
-        let pages = Coherent::<u64>::zeroed_slice(self.dev, max_num_sg as usize, GFP_KERNEL)?;
+        let list = FastRegList::new(self.dev, max_num_sg)?;
         let (index, stag) = self.alloc_stag(|stag| {
             let mut cmd = hw::AllocMr::decode(&[0; hw::AllocMr::SIZE]);
             cmd.hdr = header(hw::admin_op::ALLOC_MR);
@@ -435,7 +516,7 @@ impl IbData<'_> {
         Ok(NewMr {
             value: Mr::FastReg(FastRegMr {
                 index,
-                pages,
+                list,
                 max_pages: max_num_sg,
                 npages: Atomic::new(0),
             }),
@@ -518,6 +599,8 @@ mod tests {
                 page_shift: 12,
                 access: hw::MR_ACCESS_LOCAL_WRITE | hw::MR_ACCESS_REMOTE_WRITE,
                 npages: 3,
+                two_level: false,
+                list: 0,
             })
         );
         assert_eq!(
@@ -535,6 +618,32 @@ mod tests {
         assert!(
             fast_reg_fields(5, 3, stag(5, 0x36), A::RemoteAtomic.into(), 0x2d00, 4096).is_err()
         );
+    }
+
+    #[test]
+    fn fast_reg_lists_fit_their_level() -> Result {
+        let f = fast_reg_fields(5, 512, stag(5, 1), A::LocalWrite.into(), 512 * 4096, 4096)?;
+        let one = with_list(f, 0x8000_0008, false)?;
+        assert_eq!(
+            (one.list, one.two_level, one.npages),
+            (0x8000_0008, false, 512)
+        );
+        // 513 pages need two levels; a root must be 4 KiB aligned; the maximum fits.
+        let f = hw::FastRegFields { npages: 513, ..f };
+        assert!(with_list(f, 0x8000_0000, false).is_err());
+        assert!(with_list(f, 0x8000_0800, true).is_err());
+        assert!(with_list(f, 0x8000_0000, true)?.two_level);
+        let max = hw::FastRegFields {
+            npages: hw::MAX_FAST_REG_PAGES,
+            ..f
+        };
+        assert!(with_list(max, 0x8000_0000, true).is_ok());
+        let over = hw::FastRegFields {
+            npages: hw::MAX_FAST_REG_PAGES + 1,
+            ..f
+        };
+        assert!(with_list(over, 0x8000_0000, true).is_err());
+        Ok(())
     }
 
     #[test]

@@ -95,8 +95,11 @@ impl PageList {
     }
 }
 
-/// A coherent 4 KiB page holding `addrs` (at most 512).
-fn list_page(dev: &device::Device<device::Bound>, addrs: &[u64]) -> Result<Coherent<[u64]>> {
+/// A coherent 4 KiB page holding `addrs` (at most 512; the rest zero).
+pub(crate) fn list_page(
+    dev: &device::Device<device::Bound>,
+    addrs: &[u64],
+) -> Result<Coherent<[u64]>> {
     let page = Coherent::<u64>::zeroed_slice(dev, PER_PAGE, GFP_KERNEL)?;
     for (i, &a) in addrs.iter().enumerate() {
         io_write!(page, [try: i], a.to_le());
