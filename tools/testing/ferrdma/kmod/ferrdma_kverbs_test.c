@@ -25,6 +25,7 @@
  */
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/scatterlist.h>
 #include <linux/delay.h>
 #include <linux/wait.h>
 #include <linux/jiffies.h>
@@ -1855,6 +1856,183 @@ out:
 	return r;
 }
 
+/* Chunks of the maximal fast registration: 5 distinct 64 KiB blocks, cycled. */
+#define KV_FRMAX_CHUNKS		5
+#define KV_FRMAX_ORDER		4
+#define KV_FRMAX_CHUNK_PAGES	(1u << KV_FRMAX_ORDER)
+#define KV_FRMAX_CHUNK		(KV_FRMAX_CHUNK_PAGES * PAGE_SIZE)
+
+struct kv_frmax {
+	struct page *page[KV_FRMAX_CHUNKS];
+	u64 dma[KV_FRMAX_CHUNKS];
+};
+
+/* Where byte @off of the cycled region lives (CPU view) and which chunk holds it. */
+static u8 *kv_frmax_byte(struct kv_frmax *m, u64 off, int *chunk)
+{
+	u64 page = off / PAGE_SIZE;
+
+	*chunk = (page / KV_FRMAX_CHUNK_PAGES) % KV_FRMAX_CHUNKS;
+	return (u8 *)page_address(m->page[*chunk]) +
+	       (page % KV_FRMAX_CHUNK_PAGES) * PAGE_SIZE + off % PAGE_SIZE;
+}
+
+/*
+ * A fast-registration MR of max_fast_reg_page_list_len pages (ferrdma: 262144, a two-level
+ * page list; rxe: its own maximum), mapped by ib_map_mr_sg from a scatterlist of 64 KiB
+ * entries that cycle through five blocks, so 1 GiB of region needs 320 KiB of memory. RDMA
+ * WRITEs at the region's start, across the first list page boundary (page 512), in the middle
+ * and at its end land in the pages the list names there; an RDMA READ of the end comes back;
+ * one page more than the maximum is refused by ib_alloc_mr (EINVAL).
+ */
+static int check_fastreg_max_pages(struct kv *t)
+{
+	const int acc = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+	u32 max = t->ib->attrs.max_fast_reg_page_list_len;
+	struct kv_frmax m = {};
+	struct kv_qp a = {}, b = {};
+	struct sg_table tbl = {};
+	struct scatterlist *sg;
+	struct ib_mr *mr = NULL, *over;
+	struct kv_cq *cq = NULL;
+	struct ib_reg_wr wr;
+	struct ib_sge s;
+	u64 len, offs[4];
+	u32 nsg, i, k;
+	int r = 0, n, c;
+
+	if (!t->fr)
+		return SKIP("the device has no IB_DEVICE_MEM_MGT_EXTENSIONS");
+	if (PAGE_SIZE != 4096)
+		return SKIP("PAGE_SIZE %lu: the region layout assumes 4 KiB pages", PAGE_SIZE);
+	len = (u64)max * PAGE_SIZE;
+	over = ib_alloc_mr(t->pd, IB_MR_TYPE_MEM_REG, max + 1);
+	if (!IS_ERR(over)) {
+		ib_dereg_mr(over);
+		if (!kv_is_rxe)
+			return FAIL("ib_alloc_mr of max_fast_reg_page_list_len + 1 (%u) pages succeeded",
+				    max + 1);
+		pr_info(KV "# rxe allocates an MR of %u pages, past its max_fast_reg_page_list_len\n",
+			max + 1);
+	} else if (PTR_ERR(over) != -EINVAL) {
+		return FAIL("ib_alloc_mr of %u pages: %ld, expected -EINVAL", max + 1, PTR_ERR(over));
+	}
+	for (i = 0; i < KV_FRMAX_CHUNKS; i++) {
+		m.page[i] = alloc_pages(GFP_KERNEL | __GFP_ZERO, KV_FRMAX_ORDER);
+		if (!m.page[i]) {
+			r = FAIL("alloc_pages(order %d) failed", KV_FRMAX_ORDER);
+			goto out;
+		}
+		m.dma[i] = ib_dma_map_page(t->ib, m.page[i], 0, KV_FRMAX_CHUNK, DMA_BIDIRECTIONAL);
+		if (ib_dma_mapping_error(t->ib, m.dma[i])) {
+			__free_pages(m.page[i], KV_FRMAX_ORDER);
+			m.page[i] = NULL;
+			r = FAIL("ib_dma_map_page failed");
+			goto out;
+		}
+	}
+	mr = ib_alloc_mr(t->pd, IB_MR_TYPE_MEM_REG, max);
+	if (IS_ERR(mr)) {
+		r = FAIL("ib_alloc_mr(IB_MR_TYPE_MEM_REG, %u): %ld", max, PTR_ERR(mr));
+		mr = NULL;
+		goto out;
+	}
+	nsg = DIV_ROUND_UP(max, KV_FRMAX_CHUNK_PAGES);
+	r = sg_alloc_table(&tbl, nsg, GFP_KERNEL);
+	if (r) {
+		r = FAIL("sg_alloc_table(%u): %d", nsg, r);
+		goto out;
+	}
+	for_each_sg(tbl.sgl, sg, nsg, i) {
+		u32 pages = min(KV_FRMAX_CHUNK_PAGES, max - i * KV_FRMAX_CHUNK_PAGES);
+
+		sg->length = pages * PAGE_SIZE;
+		sg_dma_address(sg) = m.dma[i % KV_FRMAX_CHUNKS];
+		sg_dma_len(sg) = pages * PAGE_SIZE;
+	}
+	n = ib_map_mr_sg(mr, tbl.sgl, nsg, NULL, PAGE_SIZE);
+	if (n != nsg || mr->length != len || mr->iova != m.dma[0]) {
+		r = FAIL("ib_map_mr_sg of %u entries (%u pages): %d, iova 0x%llx length %llu",
+			 nsg, max, n, mr->iova, mr->length);
+		goto out;
+	}
+	cq = kv_cq_alloc(t, "frmax", 64, IB_POLL_DIRECT, false, &r);
+	if (!cq) {
+		r = FAIL("ib_alloc_cq: %d", r);
+		goto out;
+	}
+	r = kv_pair(t, cq, &a, &b);
+	if (r)
+		goto out;
+	ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey));
+	wr = (struct ib_reg_wr){ .wr.opcode = IB_WR_REG_MR, .mr = mr, .key = mr->rkey,
+				 .access = acc };
+	r = kv_post_wait(&b, &wr.wr, IB_WC_REG_MR, "IB_WR_REG_MR of the maximal MR");
+	if (r)
+		goto out;
+	offs[0] = 0x800;
+	offs[1] = max > 512 ? 512 * PAGE_SIZE - 0x400 : len / 4;
+	offs[2] = len / 2 - 0x10;
+	offs[3] = len - 0x1000;
+	for (k = 0; k < ARRAY_SIZE(offs); k++) {
+		kv_prep(t, 40 + k);
+		s = kv_sge(t, true, 64 * k, 0x1000);
+		r = kv_rdma(&a, IB_WR_RDMA_WRITE, &s, 1, mr->iova + offs[k], mr->rkey,
+			    "RDMA WRITE into the maximal MR");
+		if (r)
+			goto out;
+		for (i = 0; i < KV_FRMAX_CHUNKS; i++)
+			ib_dma_sync_single_for_cpu(t->ib, m.dma[i], KV_FRMAX_CHUNK,
+						   DMA_BIDIRECTIONAL);
+		for (i = 0; i < 0x1000; i++) {
+			u8 got = *kv_frmax_byte(&m, offs[k] + i, &c);
+
+			if (got != t->src[64 * k + i]) {
+				r = FAIL("WRITE at region offset 0x%llx: byte %u (chunk %d) is 0x%02x, expected 0x%02x",
+					 offs[k], i, c, got, t->src[64 * k + i]);
+				goto out;
+			}
+		}
+		for (i = 0; i < KV_FRMAX_CHUNKS; i++)
+			ib_dma_sync_single_for_device(t->ib, m.dma[i], KV_FRMAX_CHUNK,
+						      DMA_BIDIRECTIONAL);
+	}
+	/* The last WRITE's bytes read back through the same rkey. */
+	s = kv_sge(t, false, 0, 0x1000);
+	r = kv_rdma(&a, IB_WR_RDMA_READ, &s, 1, mr->iova + offs[3], mr->rkey,
+		    "RDMA READ from the maximal MR");
+	if (r)
+		goto out;
+	kv_to_cpu(t);
+	r = kv_cmp(t, 0, 64 * 3, 0x1000, "READ from the end of the maximal MR");
+	if (r)
+		goto out;
+	{
+		struct ib_send_wr inv = { .opcode = IB_WR_LOCAL_INV,
+					  .ex.invalidate_rkey = mr->rkey };
+
+		r = kv_post_wait(&b, &inv, IB_WC_LOCAL_INV, "LOCAL_INV of the maximal MR");
+	}
+	if (!r)
+		pr_info(KV "# a fast registration of %u pages (%llu MiB): 4 WRITEs and a READ checked\n",
+			max, len >> 20);
+out:
+	kv_qp_destroy(&a);
+	kv_qp_destroy(&b);
+	if (cq)
+		kv_cq_free(cq);
+	sg_free_table(&tbl);
+	if (mr)
+		ib_dereg_mr(mr);
+	for (i = 0; i < KV_FRMAX_CHUNKS; i++) {
+		if (!m.page[i])
+			continue;
+		ib_dma_unmap_page(t->ib, m.dma[i], KV_FRMAX_CHUNK, DMA_BIDIRECTIONAL);
+		__free_pages(m.page[i], KV_FRMAX_ORDER);
+	}
+	return r;
+}
+
 /* Receives outstanding on both QPs of the main pair, then ib_drain_qp on each. */
 static int check_drain(struct kv *t)
 {
@@ -2287,6 +2465,7 @@ static const struct kv_check kv_checks[] = {
 	{ "zero_length_read_rkey0", check_zero_len_read },
 	{ "fast_reg_write_read_inv_stale_rkey_send_with_inv", check_fastreg },
 	{ "fast_reg_of_a_valid_mr_fails", check_fastreg_valid_mr },
+	{ "fast_reg_of_max_fast_reg_page_list_len_pages", check_fastreg_max_pages },
 	{ "comm_est_in_hard_irq_with_ahs_under_an_irq_safe_lock",
 	  check_comm_est_with_ahs_under_cm_lock },
 	{ "drain_live_qps", check_drain },

@@ -10,7 +10,9 @@
 # a bad lkey and the flush after it, an AH made in atomic context, COMM_EST in hard IRQ with
 # AHs made under the spinlock its handler takes (ib_cm's pattern, for lockdep), fast registration
 # (ib_alloc_mr, ib_map_mr_sg, IB_WR_REG_MR: the rkey of the RDMA checks, LOCAL_INV and a stale
-# rkey refused, re-registration, SEND_WITH_INV, REG_MR of a valid MR refused), ib_drain_qp;
+# rkey refused, re-registration, SEND_WITH_INV, REG_MR of a valid MR refused; an MR of
+# max_fast_reg_page_list_len = 262144 pages, a two-level list, written and read at list-page
+# boundaries, one page more refused), ib_drain_qp;
 # then no verbs object left and kmemleak clean (guest/kverbs.sh).
 . "$FERRDMA_HARNESS/guest/kverbs.sh"
 kverbs_main ferrdma "$@"
