@@ -572,6 +572,39 @@ static void check_count(struct ctx *c, enum kind k, unsigned long limit, const c
 	free(page);
 }
 
+/*
+ * Memory windows: a device reporting max_mw 0 (E810 under Linux 7.3's irdma, which registers
+ * alloc_mw for GEN_3 only, and ferrdma) refuses ibv_alloc_mw of either type with EOPNOTSUPP;
+ * one reporting windows (rxe) allocates and frees one of each type.
+ */
+static void check_mw(struct ctx *c)
+{
+	static const enum ibv_mw_type types[] = { IBV_MW_TYPE_1, IBV_MW_TYPE_2 };
+	unsigned int i;
+
+	for (i = 0; i < 2; i++) {
+		struct ibv_mw *mw = ibv_alloc_mw(c->dev.pd, types[i]);
+
+		if (c->attr.max_mw == 0) {
+			if (mw)
+				tp_die("ibv_alloc_mw(type %d) succeeded with max_mw 0", types[i]);
+			if (errno != EOPNOTSUPP)
+				tp_die("ibv_alloc_mw(type %d) failed with %s, expected %s", types[i],
+				       strerror(errno), strerror(EOPNOTSUPP));
+			tp_note("max_mw 0: ibv_alloc_mw(type %d) refused with %s", types[i],
+				strerror(errno));
+		} else if (mw) {
+			if (ibv_dealloc_mw(mw))
+				tp_die("ibv_dealloc_mw: %s", strerror(errno));
+			tp_note("max_mw %d: a type %d window allocated and freed", c->attr.max_mw,
+				types[i]);
+		} else {
+			tp_note("max_mw %d: ibv_alloc_mw(type %d) refused with %s", c->attr.max_mw,
+				types[i], strerror(errno));
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx c = { .cap = ~0ul };
@@ -606,6 +639,7 @@ int main(int argc, char **argv)
 		c.attr.max_cqe, c.attr.max_qp_wr, c.attr.max_sge, c.attr.max_mr_size,
 		c.attr.max_qp, c.attr.max_cq, c.attr.max_mr, c.attr.max_pd, c.attr.max_ah);
 
+	check_mw(&c);
 	check_cqe(&c);
 	check_depth_and_sges(&c);
 	if (c.inline_max)
