@@ -133,8 +133,8 @@ impl Engine {
 
     fn mcast_attach(&mut self, c: &McastCmd) -> CmdResult {
         let at = offset_of!(McastCmd, qp_id);
-        let slot = self.qps.get(c.qp_id as usize).ok_or(err(st::BAD_ID, at))?;
-        let qp = slot.as_ref().ok_or(err(st::NOT_FOUND, at))?;
+        let slot = self.qps.slot(c.qp_id).ok_or(err(st::BAD_ID, at))?;
+        let qp = slot.ok_or(err(st::NOT_FOUND, at))?;
         // Multicast is a UD service; the GSI QP (QP1) is not a member of any group.
         check(qp.qp_type == QP_TYPE_UD, st::INVALID, at)?;
         let gid_at = offset_of!(McastCmd, gid);
@@ -205,7 +205,7 @@ impl Engine {
         let slot = self.eqs.get(eq_id as usize).ok_or(err(st::BAD_ID, at))?;
         check(slot.is_some(), st::NOT_FOUND, at)?;
         check(
-            !self.cqs.iter().flatten().any(|c| c.eq_id == eq_id),
+            !self.cqs.iter().any(|(_, c)| c.eq_id == eq_id),
             st::BUSY,
             at,
         )?;
@@ -226,7 +226,7 @@ impl Engine {
 
     fn create_cq(&mut self, env: &Env<'_>, c: &CreateCq) -> CmdResult {
         let id = offset_of!(CreateCq, cq_id);
-        let slot = self.cqs.get(c.cq_id as usize).ok_or(err(st::BAD_ID, id))?;
+        let slot = self.cqs.slot(c.cq_id).ok_or(err(st::BAD_ID, id))?;
         check(slot.is_none(), st::EXISTS, id)?;
         check(
             (MIN_CQ_ENTRIES..=MAX_CQ_ENTRIES).contains(&c.size),
@@ -251,17 +251,17 @@ impl Engine {
             c.size,
             CQE_SIZE as u32,
         )?;
-        if let Some(s) = self.cqs.get_mut(c.cq_id as usize) {
+        {
             let mut cq = Cq::new(r, c.shadow_addr, c.eq_id, c.db_page);
             cq.event_tag = c.event_tag;
-            *s = Some(cq);
+            self.cqs.insert(c.cq_id, cq);
         }
         Ok(0)
     }
 
     fn modify_cq(&mut self, env: &Env<'_>, c: &ModifyCq) -> CmdResult {
         let id = offset_of!(ModifyCq, cq_id);
-        let slot = self.cqs.get(c.cq_id as usize).ok_or(err(st::BAD_ID, id))?;
+        let slot = self.cqs.slot(c.cq_id).ok_or(err(st::BAD_ID, id))?;
         check(slot.is_some(), st::NOT_FOUND, id)?;
         check(
             c.flags & !(MODIFY_CQ_RESIZE | MODIFY_CQ_EQ) == 0,
@@ -285,7 +285,7 @@ impl Engine {
             // As ibv_resize_cq promises: the new ring must be able to hold the CQEs the
             // consumer has not polled (an unreadable consumer index is the CQ's problem,
             // found at its next CQE).
-            if let Some(Some(cq)) = self.cqs.get(c.cq_id as usize) {
+            if let Some(cq) = self.cqs.get(c.cq_id) {
                 let unpolled = cq.unpolled(env.mem).ok().flatten().unwrap_or(0);
                 check(unpolled < c.size, st::INVALID, offset_of!(ModifyCq, size))?;
             }
@@ -299,7 +299,7 @@ impl Engine {
         } else {
             None
         };
-        if let Some(Some(cq)) = self.cqs.get_mut(c.cq_id as usize) {
+        if let Some(cq) = self.cqs.get_mut(c.cq_id) {
             if c.flags & MODIFY_CQ_EQ != 0 {
                 cq.eq_id = c.eq_id;
             }
@@ -312,25 +312,22 @@ impl Engine {
 
     fn destroy_cq(&mut self, cq_id: u32) -> CmdResult {
         let at = offset_of!(QueryObject, id);
-        let slot = self.cqs.get(cq_id as usize).ok_or(err(st::BAD_ID, at))?;
+        let slot = self.cqs.slot(cq_id).ok_or(err(st::BAD_ID, at))?;
         check(slot.is_some(), st::NOT_FOUND, at)?;
         check(
             !self
                 .qps
                 .iter()
-                .flatten()
-                .any(|q| q.send_cq == cq_id || q.recv_cq == cq_id),
+                .any(|(_, q)| q.send_cq == cq_id || q.recv_cq == cq_id),
             st::BUSY,
             at,
         )?;
-        if let Some(s) = self.cqs.get_mut(cq_id as usize) {
-            *s = None;
-        }
+        self.cqs.remove(cq_id);
         Ok(0)
     }
 
     fn cq_exists(&self, cq: u32, at: usize) -> Result<(), CmdError> {
-        match self.cqs.get(cq as usize) {
+        match self.cqs.slot(cq) {
             None => Err(err(st::BAD_ID, at)),
             Some(None) => Err(err(st::NOT_FOUND, at)),
             Some(Some(_)) => Ok(()),
@@ -340,7 +337,7 @@ impl Engine {
     fn create_qp(&mut self, env: &Env<'_>, c: &CreateQp) -> CmdResult {
         let id = offset_of!(CreateQp, qp_id);
         check(c.qp_id != 0, st::BAD_ID, id)?;
-        let slot = self.qps.get(c.qp_id as usize).ok_or(err(st::BAD_ID, id))?;
+        let slot = self.qps.slot(c.qp_id).ok_or(err(st::BAD_ID, id))?;
         check(slot.is_none(), st::EXISTS, id)?;
         let ty = offset_of!(CreateQp, qp_type);
         check(
@@ -429,9 +426,7 @@ impl Engine {
             req: Default::default(),
             resp: Default::default(),
         };
-        if let Some(s) = self.qps.get_mut(c.qp_id as usize) {
-            *s = Some(qp);
-        }
+        self.qps.insert(c.qp_id, qp);
         Ok(0)
     }
 
@@ -467,9 +462,8 @@ impl Engine {
         let at = |f: usize| base + f;
         let qp = self
             .qps
-            .get(c.qp_id as usize)
+            .slot(c.qp_id)
             .ok_or(err(st::BAD_ID, id))?
-            .as_ref()
             .ok_or(err(st::NOT_FOUND, id))?;
         let (qp_type, cur, have) = (qp.qp_type, qp.state(), qp.have);
         let m = c.attr_mask;
@@ -561,7 +555,7 @@ impl Engine {
             )?;
         }
         // Validated: apply.
-        if let Some(Some(qp)) = self.qps.get_mut(c.qp_id as usize) {
+        if let Some(qp) = self.qps.get_mut(c.qp_id) {
             let t = &mut qp.attrs;
             if has(qp_attr::PATH_MTU) {
                 t.path_mtu = a.path_mtu;
@@ -640,9 +634,8 @@ impl Engine {
         let at = offset_of!(QueryObject, id);
         let qp = self
             .qps
-            .get(q.id as usize)
+            .slot(q.id)
             .ok_or(err(st::BAD_ID, at))?
-            .as_ref()
             .ok_or(err(st::NOT_FOUND, at))?;
         let out = QpQueryOut {
             attrs: qp.attrs,
@@ -664,11 +657,8 @@ impl Engine {
 
     fn destroy_qp(&mut self, qp_id: u32) -> CmdResult {
         let at = offset_of!(QueryObject, id);
-        let slot = self
-            .qps
-            .get_mut(qp_id as usize)
-            .ok_or(err(st::BAD_ID, at))?;
-        slot.take().ok_or(err(st::NOT_FOUND, at))?;
+        self.qps.slot(qp_id).ok_or(err(st::BAD_ID, at))?;
+        self.qps.remove(qp_id).ok_or(err(st::NOT_FOUND, at))?;
         self.mcast.forget_qp(qp_id);
         Ok(0)
     }

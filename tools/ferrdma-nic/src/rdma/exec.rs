@@ -6,7 +6,7 @@
 
 use crate::interface::{
     ae, cqe, eqe_kind, fast_reg_fields, flush, gid_is_multicast, mtu_bytes, qp_state, sq_op,
-    wqe as wqef, FastRegFields, PageList, QpAttrs, AV_FLAG_IPV4, MAX_MR_SIZE, MAX_QP, MCAST_QPN,
+    wqe as wqef, FastRegFields, PageList, QpAttrs, AV_FLAG_IPV4, MAX_MR_SIZE, MCAST_QPN,
     MR_ACCESS_ALL, PBL_ENTRIES_PER_PAGE, PBL_LEVEL_2, QP_ACCESS_REMOTE_READ,
     QP_ACCESS_REMOTE_WRITE, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, UD_GRH_SIZE,
 };
@@ -231,11 +231,11 @@ fn rq_flush_cqe(qp_id: u32, qp: &Qp, minor: u16) -> CqeData {
 
 impl Engine {
     pub(super) fn qp(&self, id: u32) -> Option<&Qp> {
-        self.qps.get(id as usize)?.as_ref()
+        self.qps.get(id)
     }
 
     pub(super) fn qp_mut(&mut self, id: u32) -> Option<&mut Qp> {
-        self.qps.get_mut(id as usize)?.as_mut()
+        self.qps.get_mut(id)
     }
 
     /// An SQ doorbell through doorbell page `page`.
@@ -252,10 +252,17 @@ impl Engine {
         self.process_sq(env, qp_id);
     }
 
-    /// Retries every QP (except `except`) waiting after an RNR NAK.
+    /// Retries every QP (except `except`) waiting after an RNR NAK of a local receiver.
     pub(super) fn retry_rnr(&mut self, env: &Env<'_>, except: u32) {
-        for id in 0..MAX_QP {
-            if id != except && self.qp(id).is_some_and(|q| q.rnr_wait) {
+        let mut next = self.rnr_waiting.first().copied();
+        while let Some(id) = next {
+            // A QP that waits again is back in the set below `id`: retried next time.
+            next = self.rnr_waiting.range(id + 1..).next().copied();
+            if id == except {
+                continue;
+            }
+            self.rnr_waiting.remove(&id);
+            if self.qp(id).is_some_and(|q| q.rnr_wait) {
                 if let Some(q) = self.qp_mut(id) {
                     q.rnr_wait = false;
                 }
@@ -365,6 +372,7 @@ impl Engine {
                         );
                     } else {
                         qp.rnr_wait = true;
+                        self.rnr_waiting.insert(qp_id);
                     }
                     return;
                 }

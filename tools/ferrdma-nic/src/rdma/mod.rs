@@ -23,11 +23,15 @@ mod responder;
 pub mod ring;
 pub mod sabotage;
 pub mod seglist;
+mod table;
 pub mod transport;
 pub mod wqe;
 
+use std::collections::BTreeSet;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
+use table::Table;
 
 use crate::dma::GuestMemory;
 use crate::interface::{
@@ -86,13 +90,15 @@ pub struct Engine {
     aq: AdminQueue,
     fatal: bool,
     eqs: Vec<Option<Eq>>,
-    cqs: Vec<Option<Cq>>,
-    qps: Vec<Option<Qp>>,
+    cqs: Table<Cq>,
+    qps: Table<Qp>,
     mrs: MrTable,
     ahs: Vec<Option<Ah>>,
     gids: Vec<Option<Gid>>,
     /// Multicast groups (MCAST_ATTACH).
     mcast: McastTable,
+    /// QPs that may wait after a local RNR (a superset: each is checked before a retry).
+    rnr_waiting: BTreeSet<u32>,
     port: Port,
     stats: Stats,
     /// The port's RoCEv2 counters (QUERY_COUNTERS), monotonic since the reset.
@@ -125,12 +131,13 @@ impl Engine {
             aq: AdminQueue::default(),
             fatal: false,
             eqs: table(MAX_EQ),
-            cqs: table(MAX_CQ),
-            qps: table(MAX_QP),
+            cqs: Table::new(MAX_CQ),
+            qps: Table::new(MAX_QP),
             mrs: MrTable::new(),
             ahs: table(MAX_AH),
             gids: table(MAX_GID),
             mcast: McastTable::default(),
+            rnr_waiting: BTreeSet::new(),
             port: Port {
                 mac: [0; 6],
                 link_up: false,
@@ -317,16 +324,16 @@ impl Engine {
 
     /// Raises the completion events of arm checks that are due (see [`cq`]).
     fn cq_arm_checks(&mut self, env: &Env<'_>) {
-        let mut due = Vec::new();
-        for (id, cq) in self.cqs.iter_mut().enumerate() {
-            if let Some(cq) = cq.as_mut() {
-                if cq.check_due(env.mem, env.now_us) {
-                    due.push(id as u32);
-                }
+        let mut next = self.cqs.next_id(0);
+        while let Some(id) = next {
+            if self
+                .cqs
+                .get_mut(id)
+                .is_some_and(|cq| cq.check_due(env.mem, env.now_us))
+            {
+                self.completion_event(env, id);
             }
-        }
-        for id in due {
-            self.completion_event(env, id);
+            next = self.cqs.next_id(id + 1);
         }
     }
 
@@ -346,7 +353,7 @@ impl Engine {
     }
 
     fn cq_arm_doorbell(&mut self, env: &Env<'_>, page: u32, cq_id: u32) {
-        let Some(cq) = self.cqs.get_mut(cq_id as usize).and_then(Option::as_mut) else {
+        let Some(cq) = self.cqs.get_mut(cq_id) else {
             self.stats.spurious_doorbells += 1;
             return;
         };
@@ -383,11 +390,7 @@ impl Engine {
         log::debug!("async event {code:#x} kind {kind} id {id} info {info}");
         let tag = match kind {
             eqe_kind::CQ => self.cq_tag(id),
-            eqe_kind::QP => self
-                .qps
-                .get(id as usize)
-                .and_then(Option::as_ref)
-                .map(|q| q.event_tag),
+            eqe_kind::QP => self.qps.get(id).map(|q| q.event_tag),
             _ => None,
         };
         let Some(aeq) = self
@@ -418,20 +421,12 @@ impl Engine {
 
     /// The event tag of CQ `id`, if it exists.
     fn cq_tag(&self, id: u32) -> Option<u32> {
-        self.cqs
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .map(|c| c.event_tag)
+        self.cqs.get(id).map(|c| c.event_tag)
     }
 
     /// A completion event for `cq_id` on its CEQ.
     fn completion_event(&mut self, env: &Env<'_>, cq_id: u32) {
-        let Some((eq_id, tag)) = self
-            .cqs
-            .get(cq_id as usize)
-            .and_then(Option::as_ref)
-            .map(|c| (c.eq_id, c.event_tag))
-        else {
+        let Some((eq_id, tag)) = self.cqs.get(cq_id).map(|c| (c.eq_id, c.event_tag)) else {
             return;
         };
         let Some(eq) = self.eqs.get_mut(eq_id as usize).and_then(Option::as_mut) else {
@@ -468,7 +463,7 @@ impl Engine {
 
     /// Writes a CQE to `cq_id` and raises the completion event the arm state asks for.
     fn post_cqe(&mut self, env: &Env<'_>, cq_id: u32, c: &CqeData) {
-        let Some(cq) = self.cqs.get_mut(cq_id as usize).and_then(Option::as_mut) else {
+        let Some(cq) = self.cqs.get_mut(cq_id) else {
             return;
         };
         match cq.write(env.mem, c) {

@@ -8,9 +8,7 @@
 //! arrive or at the next timer tick. WQEs complete, in SQ order, only when acknowledged.
 
 use crate::dma::GuestMemory;
-use crate::interface::{
-    ae, flush, mtu_bytes, qp_state, sq_op, QpAttrs, MAX_QP, MAX_RD_ATOMIC, QP_TYPE_RC,
-};
+use crate::interface::{ae, flush, mtu_bytes, qp_state, sq_op, QpAttrs, MAX_RD_ATOMIC, QP_TYPE_RC};
 use crate::wire::aeth::{Aeth, NakCode, Syndrome};
 use crate::wire::bth::Bth;
 use crate::wire::ext::{Deth, Reth};
@@ -602,7 +600,9 @@ impl Engine {
 
     /// Timers and deferred transmissions of every QP (and READ responses owed).
     pub(super) fn transport_tick(&mut self, env: &Env<'_>) {
-        for id in 0..MAX_QP {
+        let mut next = self.qps.next_id(0);
+        while let Some(id) = next {
+            next = self.qps.next_id(id + 1);
             let Some(qp) = self.qp(id) else { continue };
             if qp.req.pending.is_empty() && qp.resp.reads.is_empty() {
                 continue;
@@ -650,7 +650,7 @@ impl Engine {
         }
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
-        for qp in self.qps.iter().flatten() {
+        for (_, qp) in self.qps.iter() {
             if let Some(t) = qp.req.rnr_until {
                 at(t);
             } else if qp.req.pending.iter().any(|p| !p.all_sent())
@@ -673,7 +673,7 @@ impl Engine {
         for t in self.eqs.iter().flatten().filter_map(|e| e.held_until()) {
             at(t);
         }
-        for t in self.cqs.iter().flatten().filter_map(|c| c.check_deadline()) {
+        for t in self.cqs.iter().filter_map(|(_, c)| c.check_deadline()) {
             at(t);
         }
         next
