@@ -93,7 +93,7 @@ mod tests {
         assert_eq!(regions[0].size, 0x1_0000);
         assert_eq!(regions[4].size, 0x1000);
         assert_eq!(regions[7].size, 256);
-        assert_eq!(regions[2].size, 0x10_0000);
+        assert_eq!(regions[2].size, 0x100_0000);
         for i in [1, 3, 5, 6, 8] {
             assert_eq!(regions[i].size, 0, "region {i}");
             assert_eq!(regions[i].flags, 0, "region {i}");

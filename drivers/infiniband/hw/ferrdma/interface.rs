@@ -55,7 +55,8 @@ pub const VERSION_MAJOR: u16 = 1;
 ///    a ring too small for the unpolled CQEs; port counters ([`admin_op::QUERY_COUNTERS`]).
 /// 6: multicast groups ([`admin_op::MCAST_ATTACH`], [`Caps::max_mcast_grp`]).
 /// 7: two-level FAST_REG page lists ([`fast_reg::TWO_LEVEL`]) and up to
-///    [`MAX_FAST_REG_PAGES`] pages per fast registration (512 before).
+///    [`MAX_FAST_REG_PAGES`] pages per fast registration (512 before); larger tables
+///    ([`MAX_QP`], [`MAX_CQ`], [`MAX_MR`]) and [`DB_PAGES`] (`Caps` reports each).
 pub const VERSION_MINOR: u16 = 7;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
@@ -347,8 +348,8 @@ pub const fn eq_doorbell(eq_id: u32, cons: u32, arm: bool) -> u32 {
 pub const DB_BAR_INDEX: u32 = 2;
 /// Bytes per doorbell page (one per user context; the kernel uses page 0 by convention).
 pub const DB_PAGE_SIZE: usize = 4096;
-/// Doorbell pages in the BAR.
-pub const DB_PAGES: u32 = 256;
+/// Doorbell pages in the BAR (256 before 1.7): page 0 and a user context each for 4095.
+pub const DB_PAGES: u32 = 4096;
 /// Size of the doorbell BAR.
 pub const DB_BAR_SIZE: usize = DB_PAGE_SIZE * DB_PAGES as usize;
 /// Page offset of the SQ doorbell: a 32-bit write of the QP id (bits 19:0; 31:20 must be 0).
@@ -362,12 +363,14 @@ pub const DB_SQ_QP_MASK: u32 = 0x000f_ffff;
 // Limits (manual: "Limits"). QUERY_CAPS reports the same values.
 // --------------------------------------------------------------------------------------------
 
-/// QP ids are 0..MAX_QP; 0 is reserved, 1 is the GSI QP.
-pub const MAX_QP: u32 = 1024;
-/// CQ ids are 0..MAX_CQ.
-pub const MAX_CQ: u32 = 1024;
-/// MR table entries (STag index = stag >> 8) are 0..MAX_MR.
-pub const MAX_MR: u32 = 4096;
+/// QP ids are 0..MAX_QP; 0 is reserved, 1 is the GSI QP: 16,384 QPs with the GSI QP (1024
+/// before 1.7).
+pub const MAX_QP: u32 = 16384 + 1;
+/// CQ ids are 0..MAX_CQ; drivers leave 0 unused: 16,384 CQs (1024 before 1.7).
+pub const MAX_CQ: u32 = 16384 + 1;
+/// MR table entries (STag index = stag >> 8) are 0..MAX_MR; 0 is the local DMA STag's:
+/// 65,536 MRs (4096 before 1.7).
+pub const MAX_MR: u32 = 65536 + 1;
 /// AH ids are 0..MAX_AH (libirdma carries 17 bits).
 pub const MAX_AH: u32 = 1024;
 /// PD ids are 0..MAX_PD (allocated by the driver; the device only compares them).

@@ -25,6 +25,7 @@ use crate::msix::test_util::{count, eventfd};
 use crate::server::{bind, serve_device, Clients, ServeError};
 use crate::shared::SharedDevice;
 use crate::vfio_layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
+use crate::vfio_protocol::MAX_DATA_XFER;
 use crate::vfio_server::ServerError;
 
 const RW: u32 = DMA_MAP_READ | DMA_MAP_WRITE;
@@ -377,10 +378,13 @@ fn hostile_region_accesses_are_refused_and_config_writes_of_every_shape_are_safe
             (u64::MAX, 4),
             (u64::MAX, 0),
             (u64::MAX - 1, 4),
-            (0, 0x10_0001),
+            (0, MAX_DATA_XFER + 1),
             (0, 0x1000_0000),
         ] {
-            let fits = size > 0 && offset.checked_add(u64::from(n)).is_some_and(|e| e <= size);
+            // Inside the region and within the protocol's transfer size.
+            let fits = size > 0
+                && n <= MAX_DATA_XFER
+                && offset.checked_add(u64::from(n)).is_some_and(|e| e <= size);
             let r = c.call(cmd::REGION_READ, &vc::region(region, offset, n, &[]), &[]);
             let what = format!("read region {region} {offset:#x}+{n:#x}");
             if fits {
