@@ -121,12 +121,13 @@ impl Clamps {
 /// - `max_rd_atomic <= MAX_RD_ATOMIC`, `max_fast_reg_pages <= MAX_FAST_REG_PAGES`,
 ///   `max_eq_moderation_us <= MAX_EQ_MODERATION_US`;
 /// - `max_mcast_grp <= MAX_MCAST_GRP`, `max_mcast_qp_attach <= MAX_MCAST_QP_ATTACH` (0: the
-///   device has no multicast, as before interface 1.6).
+///   device has no multicast, as before interface 1.6);
+/// - `2 <= db_pages <= DB_PAGES` (the kernel's page 0 and at least one user context).
 ///
 /// So every product the driver forms from them (`max_rd_atomic * max_qp`, ring quanta times
 /// the quantum size) fits in `u32`, and no consumer is offered more SGEs or inline bytes than
 /// the kernel post paths hold. The fields QUERY_CAPS also carries but the driver does not use
-/// (`max_eq_entries`, `max_eq`, `db_pages`, `max_pbl_level`, `ports`, `msix_vectors`) are not
+/// (`max_eq_entries`, `max_eq`, `max_pbl_level`, `ports`, `msix_vectors`) are not
 /// kept: the driver works from its own constants and the MSI-X count register for those.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Caps {
@@ -154,6 +155,8 @@ pub(crate) struct Caps {
     pub(crate) max_eq_moderation_us: u16,
     pub(crate) max_mcast_grp: u16,
     pub(crate) max_mcast_qp_attach: u16,
+    /// Doorbell pages of the doorbell BAR (page 0 is the kernel's).
+    pub(crate) db_pages: u32,
     /// Only [`Caps::validate`] can fill this in.
     _validated: (),
 }
@@ -259,6 +262,13 @@ impl Caps {
             "smaller than the smallest CQ",
         )?;
         let max_cq_entries = c.limit("max_cq_entries", r.max_cq_entries, hw::MAX_CQ_ENTRIES);
+        require(
+            r.db_pages >= 2,
+            "db_pages",
+            r.db_pages,
+            "no doorbell page for a user context",
+        )?;
+        let db_pages = c.limit("db_pages", r.db_pages, hw::DB_PAGES);
 
         let page_size_cap = r.page_size_cap & hw::PAGE_SIZE_CAP;
         require(
@@ -313,6 +323,7 @@ impl Caps {
             max_eq_moderation_us,
             max_mcast_grp,
             max_mcast_qp_attach,
+            db_pages,
             _validated: (),
         };
         Ok((caps, c))
@@ -372,7 +383,8 @@ mod tests {
     fn the_nominal_reply_is_taken_as_is() -> Result {
         let (c, clamps) = Caps::validate(&gen2_reply()).map_err(|e| e.errno())?;
         assert!(clamps.as_slice().is_empty());
-        assert_eq!((c.max_sge, c.max_qp, c.max_rd_atomic), (13, 1024, 16));
+        assert_eq!((c.max_sge, c.max_qp, c.max_rd_atomic), (13, hw::MAX_QP, 16));
+        assert_eq!(c.db_pages, hw::DB_PAGES);
         assert_eq!(c.page_size_cap, hw::PAGE_SIZE_CAP);
         Ok(())
     }
@@ -402,12 +414,14 @@ mod tests {
         r.max_eq_moderation_us = u16::MAX;
         r.max_mcast_grp = u16::MAX;
         r.max_mcast_qp_attach = u16::MAX;
+        r.db_pages = u32::MAX;
         let (c, clamps) = Caps::validate(&r).map_err(|e| e.errno())?;
         assert_eq!((c.max_sge, c.max_read_sge, c.max_inline), (13, 13, 101));
         assert_eq!(
             (c.max_qp, c.max_cq, c.max_mr, c.max_ah),
-            (1024, 1024, 4096, 1024)
+            (16385, 16385, 65537, 1024)
         );
+        assert_eq!(c.db_pages, 4096);
         assert_eq!((c.max_pd, c.max_gid), (hw::MAX_PD, 32));
         assert_eq!((c.max_sq_quanta, c.max_rq_quanta), (32768, 32768));
         assert_eq!(c.max_cq_entries, hw::MAX_CQ_ENTRIES);
@@ -422,7 +436,7 @@ mod tests {
             (262_144, 8160)
         );
         assert_eq!((c.max_mcast_grp, c.max_mcast_qp_attach), (256, 16));
-        assert_eq!(clamps.as_slice().len(), 20);
+        assert_eq!(clamps.as_slice().len(), 21);
         assert_eq!(
             clamps.as_slice()[0],
             Clamp {
@@ -448,7 +462,7 @@ mod tests {
 
     #[test]
     fn impossible_values_are_refused() {
-        let cases: [(&str, fn(&mut hw::Caps)); 17] = [
+        let cases: [(&str, fn(&mut hw::Caps)); 18] = [
             ("hw_rev", |r| r.hw_rev = 1),
             ("sq_chunk_quanta", |r| r.sq_chunk_quanta = 0),
             ("max_sge", |r| r.max_sge = 0),
@@ -466,6 +480,7 @@ mod tests {
             ("min_wq_quanta", |r| r.min_wq_quanta = 0),
             ("max_cq_entries", |r| r.max_cq_entries = 3),
             ("page_size_cap", |r| r.page_size_cap = 1 << 21),
+            ("db_pages", |r| r.db_pages = 1),
         ];
         for (field, spoil) in cases {
             let mut r = gen2_reply();

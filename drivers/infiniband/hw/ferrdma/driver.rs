@@ -126,7 +126,7 @@ impl pci::Driver for FerrdmaDriver {
         };
 
         // The doorbell BAR is what user contexts map; without it there are no user verbs.
-        let (doorbells, kdb) = match map_doorbells(pdev, &bar) {
+        let (doorbells, kdb) = match map_doorbells(pdev, &bar, caps.db_pages) {
             Ok(d) => d,
             Err(e) => {
                 release_engine(pdev, &bar, admin, eqs);
@@ -246,15 +246,15 @@ fn bring_up_engine<'bound>(
     Ok(caps)
 }
 
-/// The doorbell BAR, which user contexts map, and page 0 of it for the kernel's own queues;
-/// `(None, None)` without one (no user or kernel verbs then).
+/// The doorbell BAR of `pages` doorbell pages, which user contexts map, and page 0 of it for
+/// the kernel's own queues; `(None, None)` without one (no user or kernel verbs then).
 fn map_doorbells<'bound>(
     pdev: &'bound pci::Device<Core<'_>>,
     bar: &Bar0<'bound>,
+    pages: u32,
 ) -> Result<(Option<MmioWindow<'bound>>, Option<DbPage<'bound>>)> {
-    if bar.read(regs::FEATURES).doorbell_bar()
-        && pdev.resource_len(hw::DB_BAR_INDEX)? >= hw::DB_BAR_SIZE as u64
-    {
+    let bytes = u64::from(pages) * hw::DB_PAGE_SIZE as u64;
+    if bar.read(regs::FEATURES).doorbell_bar() && pdev.resource_len(hw::DB_BAR_INDEX)? >= bytes {
         Ok((
             Some(MmioWindow::from_resource(pdev.resource(hw::DB_BAR_INDEX)?)?),
             Some(pdev.iomap_region_sized::<{ hw::DB_PAGE_SIZE }>(hw::DB_BAR_INDEX, c"ferrdma-db")?),

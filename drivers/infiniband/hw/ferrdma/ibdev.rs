@@ -103,7 +103,7 @@ pub(crate) struct Ids {
     /// Doorbell pages, one per user context.
     db_pages: IdBitmap,
     /// The user (effective uid) that opened the context owning each doorbell page.
-    db_owners: KVec<Option<Kuid>>,
+    db_owners: KVVec<Option<Kuid>>,
     /// Protection domain numbers; 0 is never used.
     pds: IdBitmap,
     /// CQ ids.
@@ -114,17 +114,17 @@ pub(crate) struct Ids {
     pub(crate) mrs: IdBitmap,
     /// The consumer key each MR table entry had last: its next key differs, so a key kept
     /// after deregistration misses whoever takes the entry next.
-    pub(crate) mr_keys: KVec<u8>,
+    pub(crate) mr_keys: KVVec<u8>,
     /// AH ids.
     pub(crate) ahs: IdBitmap,
 }
 
 /// CQs and QPs the interrupt handlers may deliver events to, with their event tags.
 pub(crate) struct Tables {
-    cqs: KVec<Option<Published<CqEvents>>>,
-    qps: KVec<Option<Published<QpEvents>>>,
+    cqs: KVVec<Option<Published<CqEvents>>>,
+    qps: KVVec<Option<Published<QpEvents>>>,
     /// The rings of kernel QPs, for polling their CQEs.
-    kqps: KVec<Option<Arc<KQp>>>,
+    kqps: KVVec<Option<Arc<KQp>>>,
 }
 
 impl Tables {
@@ -138,12 +138,12 @@ impl Tables {
     }
 
     fn new() -> Result<Self> {
-        let mut cqs = KVec::with_capacity(hw::MAX_CQ as usize, GFP_KERNEL)?;
-        let mut qps = KVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
+        let mut cqs = KVVec::with_capacity(hw::MAX_CQ as usize, GFP_KERNEL)?;
+        let mut qps = KVVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
         for _ in 0..hw::MAX_CQ {
             cqs.push(None, GFP_KERNEL)?;
         }
-        let mut kqps = KVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
+        let mut kqps = KVVec::with_capacity(hw::MAX_QP as usize, GFP_KERNEL)?;
         for _ in 0..hw::MAX_QP {
             qps.push(None, GFP_KERNEL)?;
             kqps.push(None, GFP_KERNEL)?;
@@ -220,9 +220,12 @@ const fn log_this(n: u32) -> bool {
     n <= LogLimit::FIRST || n % LogLimit::EVERY == 0
 }
 
-/// User contexts one user may hold: a quarter of the doorbell pages (page 0 is the kernel's),
-/// so that one unprivileged user cannot lock everyone else out of the device.
-pub(crate) const MAX_CONTEXTS_PER_USER: usize = (hw::DB_PAGES as usize - 1) / 4;
+/// User contexts one user may hold of a device of `db_pages` doorbell pages: a quarter of
+/// them (1024 of [`hw::DB_PAGES`]; page 0 is the kernel's), so that one unprivileged user
+/// cannot lock everyone else out of the device.
+pub(crate) const fn max_contexts_per_user(db_pages: u32) -> usize {
+    db_pages as usize / 4
+}
 
 impl Ids {
     /// Every pool empty. Everything big is on the heap (see [`IdBitmap`]): this value is
@@ -240,18 +243,18 @@ impl Ids {
         })
     }
 
-    /// Takes a doorbell page for a context of user `uid`: `EDQUOT` when the user holds
-    /// [`MAX_CONTEXTS_PER_USER`] already, `ENOMEM` when none is free.
-    fn alloc_db_page(&mut self, uid: Kuid) -> Result<u32> {
+    /// Takes one of the first `db_pages` doorbell pages for a context of user `uid`: `EDQUOT`
+    /// when the user holds [`max_contexts_per_user`] already, `ENOMEM` when none is free.
+    fn alloc_db_page(&mut self, uid: Kuid, db_pages: u32) -> Result<u32> {
         let held = self
             .db_owners
             .iter()
             .filter(|o| o.is_some_and(|u| u == uid))
             .count();
-        if held >= MAX_CONTEXTS_PER_USER {
+        if held >= max_contexts_per_user(db_pages) {
             return Err(EDQUOT);
         }
-        let page = self.db_pages.alloc(1).ok_or(ENOMEM)?;
+        let page = self.db_pages.alloc_in(1, db_pages).ok_or(ENOMEM)?;
         if let Some(o) = self.db_owners.get_mut(page as usize) {
             *o = Some(uid);
         }
@@ -775,7 +778,10 @@ impl infiniband::Driver for FerrdmaIb {
         let doorbells = data.doorbells.as_ref().ok_or(EOPNOTSUPP)?;
         crate::fault::step()?;
         // Page 0 is the kernel's own (manual, "Doorbell BAR").
-        let db_page = data.ids.lock().alloc_db_page(Kuid::current_euid())?;
+        let db_page = data
+            .ids
+            .lock()
+            .alloc_db_page(Kuid::current_euid(), data.caps.db_pages)?;
         // A failure after the insertion needs no undo here: the abstraction withdraws the
         // offer when alloc_ucontext fails.
         let offered = crate::fault::step()

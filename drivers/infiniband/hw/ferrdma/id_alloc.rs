@@ -5,8 +5,8 @@
 use kernel::prelude::*;
 
 /// `n` copies of `v` in a heap vector (tables and pools too big for the kernel stack).
-pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
-    let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVVec<T>> {
+    let mut out = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         out.push(v, GFP_KERNEL)?;
     }
@@ -19,7 +19,7 @@ pub(crate) fn filled<T: Copy>(n: u32, v: T) -> Result<KVec<T>> {
 /// numbers alone), which must never be built on the kernel stack (probe runs deep in
 /// insmod's).
 pub(crate) struct IdBitmap {
-    words: KVec<u64>,
+    words: KVVec<u64>,
 }
 
 impl IdBitmap {

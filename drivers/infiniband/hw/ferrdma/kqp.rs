@@ -47,7 +47,7 @@ struct Rq {
     tail: u32,
     used: u32,
     polarity: bool,
-    wr_ids: KVec<u64>,
+    wr_ids: KVVec<u64>,
 }
 
 /// A kernel QP's rings and their state.

@@ -479,7 +479,16 @@ impl IbData<'_> {
                     return Err(EBUSY);
                 }
                 let target: &RingReg = ring;
-                rings.retain(|r| !core::ptr::eq::<RingReg>(&**r, target));
+                // Order does not matter to `claim_ring`: a swap keeps this O(1) past the
+                // search with tens of thousands of registrations.
+                if let Some(i) = rings
+                    .iter()
+                    .position(|r| core::ptr::eq::<RingReg>(&**r, target))
+                {
+                    let last = rings.len() - 1;
+                    rings.swap(i, last);
+                    drop(rings.pop());
+                }
                 Ok(Destroyed::Released)
             }
             Mr::LocalDma => Ok(Destroyed::Released),
@@ -545,7 +554,8 @@ impl IbData<'_> {
     pub(crate) fn claim_ring(&self, ctx: &UContext, va: u64, is_qp: bool) -> Result<Arc<RingReg>> {
         crate::fault::step()?;
         let rings = self.rings.lock();
-        for r in rings.iter() {
+        // Newest first: the ring was registered just before its create.
+        for r in rings.iter().rev() {
             if r.owner != ctx.db_page() || r.va != va {
                 continue;
             }
