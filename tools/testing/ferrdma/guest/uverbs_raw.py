@@ -24,16 +24,17 @@ include/uapi/rdma/irdma-abi.h.
 
     uverbs_raw.py context-quota DEV
         A child process drops to uid/gid 65534 and opens user contexts (GET_CONTEXT, one file
-        each) until one is refused or 300 are open; while it holds them, root opens one more.
+        each) until one is refused or 5000 are open (its file limit raised to hold them);
+        while it holds them, root opens one more.
         Prints "case nobody.contexts ERRNO opened=N" (ERRNO of the refusal, 0 if none) and
         "case root.context_while_nobody_holds ERRNO".
 
     uverbs_raw.py context-cycles DEV N
         A child process drops to uid/gid 65534 and, N times, opens a file, creates a user
         context (GET_CONTEXT), maps its doorbell page, allocates a PD and closes everything but
-        the PD, which the file's release must free. With N above the device's doorbell pages
-        (255 for users) and the per-user quota (63), a context, doorbell page or quota slot
-        that a close does not give back makes a later cycle fail. Prints
+        the PD, which the file's release must free. With N above the per-user quota (1024 of
+        the 4096 doorbell pages), a context, doorbell page or quota slot that a close does not
+        give back makes a later cycle fail. Prints
         "case nobody.context_cycles ERRNO done=N" (ERRNO of the first failure, 0 if none).
 
     uverbs_raw.py readonly-ring DEV FILE
@@ -48,6 +49,7 @@ import errno
 import json
 import mmap
 import os
+import resource
 import struct
 import sys
 import time
@@ -1155,11 +1157,13 @@ def context_quota(dev) -> int:
     if pid == 0:
         os.close(r)
         os.close(go_w)
+        # One file per context: room for more than any quota before dropping root.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (5100, 5100))
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
         held, err = [], 0
-        while len(held) < 300:
+        while len(held) < 5000:
             u = Uverbs(dev)
             e, _ = u.get_context()
             if e:

@@ -31,14 +31,14 @@ for ((i = 0; i < 100 && $(registered) < 1; i++)); do sleep 0.2; done
 dmesg | grep -E "QUERY_CAPS" || true
 for field in max_sge max_read_sge max_inline max_qp max_cq max_mr max_ah max_pd max_sq_quanta \
 	max_rq_quanta max_cq_entries max_gid max_msg_size max_mr_size page_size_cap max_rd_atomic \
-	max_fast_reg_pages max_eq_moderation_us; do
+	max_fast_reg_pages max_eq_moderation_us db_pages; do
 	in_dmesg "QUERY_CAPS: $field = 0x[0-9a-f]+ exceeds the driver's limit; using 0x" ||
 		fail "no clamp warning for $field"
 done
 attrs=$(ibv_devinfo -v -d ferrdma0)
 attr() { echo "$attrs" | awk -v k="$1:" '$1 == k {print $2; exit}'; }
-for kv in max_qp=1023 max_sge=13 max_sge_rd=13 max_cq=1023 max_mr=4095 max_ah=1023 \
-	max_qp_rd_atom=16 max_qp_init_rd_atom=16 max_res_rd_atom=16384 max_cqe=524287 \
+for kv in max_qp=16384 max_sge=13 max_sge_rd=13 max_cq=16384 max_mr=65536 max_ah=1023 \
+	max_qp_rd_atom=16 max_qp_init_rd_atom=16 max_res_rd_atom=262160 max_cqe=524287 \
 	max_qp_wr=4063 max_mr_size=0x40000000 page_size_cap=0x40201000; do
 	got=$(attr "${kv%%=*}")
 	[ "$got" = "${kv#*=}" ] || fail "ibv_devinfo: ${kv%%=*} is '$got', expected ${kv#*=} (clamped)"
@@ -83,6 +83,6 @@ wait_probe 3 >/dev/null
 for ((i = 0; i < 100 && $(registered) < 2; i++)); do sleep 0.2; done
 [ "$(registered)" = 2 ] || fail "the nominal device was not registered"
 [ "$(clamps)" = "$before" ] || fail "clamp warnings for the nominal capabilities"
-[ "$(ibv_devinfo -v -d ferrdma0 | awk '$1 == "max_qp:" {print $2}')" = 1023 ] || fail "max_qp of the nominal device"
+[ "$(ibv_devinfo -v -d ferrdma0 | awk '$1 == "max_qp:" {print $2}')" = 16384 ] || fail "max_qp of the nominal device"
 unload_ferrdma
 note "caps-hostile test passed"

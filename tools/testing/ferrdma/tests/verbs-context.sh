@@ -11,10 +11,11 @@
 #     in sysfs fw_ver),
 #     port 1 PORT_ACTIVE on link layer Ethernet with its RoCE v2 GIDs;
 #   * one unprivileged user cannot take every user context (each owns a doorbell page): uid
-#     65534 gets 63 and then EDQUOT, and root can still open one while it holds them;
-#   * 20 open/close cycles of stock libibverbs (ibv_devinfo) and 300 raw ones by uid 65534
-#     (context, doorbell mmap, PD; more than the 255 user doorbell pages and the user's quota
-#     of 63, so a page or quota slot that a close keeps makes a later cycle fail) leave no
+#     65534 gets 1024 (a quarter of the 4096 doorbell pages) and then EDQUOT, and root can
+#     still open one while it holds them;
+#   * 20 open/close cycles of stock libibverbs (ibv_devinfo) and 1100 raw ones by uid 65534
+#     (context, doorbell mmap, PD; more than the user's quota of 1024, so a doorbell page or
+#     quota slot that a close keeps makes a later cycle fail) leave no
 #     context or PD behind (rdma res) and no kmemleak report: ucontexts, PDs, doorbell pages
 #     and mmap entries are all released.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -54,20 +55,20 @@ note "ibv_devinfo -v: $(grep -E 'state:|active_mtu|GID\[' /tmp/devinfo | tr -s '
 dev=$(uverbs_dev ferrdma0)
 quota=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-quota "$dev") || fail "context-quota broke: $quota"
 note "$quota"
-grep -qx 'case nobody.contexts EDQUOT opened=63' <<<"$quota" \
-	|| fail "uid 65534 should get 63 user contexts, then EDQUOT: $quota"
+grep -qx 'case nobody.contexts EDQUOT opened=1024' <<<"$quota" \
+	|| fail "uid 65534 should get 1024 user contexts, then EDQUOT: $quota"
 grep -qx 'case root.context_while_nobody_holds 0' <<<"$quota" \
-	|| fail "root could not open a context while uid 65534 held its 63: $quota"
+	|| fail "root could not open a context while uid 65534 held its 1024: $quota"
 expect_no_verbs_objects
 
 note "20 open/close cycles of ibv_devinfo"
 for i in $(seq 20); do
 	ibv_devinfo -d ferrdma0 > /dev/null || fail "ibv_devinfo failed in cycle $i"
 done
-cycles=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-cycles "$dev" 300) || fail "context-cycles broke: $cycles"
+cycles=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-cycles "$dev" 1100) || fail "context-cycles broke: $cycles"
 note "$cycles"
-grep -qx 'case nobody.context_cycles 0 done=300' <<<"$cycles" \
-	|| fail "uid 65534 could not open and close a context 300 times: $cycles"
+grep -qx 'case nobody.context_cycles 0 done=1100' <<<"$cycles" \
+	|| fail "uid 65534 could not open and close a context 1100 times: $cycles"
 expect_no_verbs_objects
 
 unload_ferrdma
