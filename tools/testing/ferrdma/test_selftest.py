@@ -510,6 +510,44 @@ def run_tests_discover():
     return mod.discover()
 
 
+def run_tests_module():
+    """run-tests loaded as a module (it is a script)."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    loader = importlib.machinery.SourceFileLoader("run_tests", os.path.join(here, "run-tests"))
+    spec = importlib.util.spec_from_loader("run_tests", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+class LongestFirstTest(unittest.TestCase):
+    """Side-by-side tests start longest first, by the last run's durations."""
+
+    def test_known_durations_then_a_third_of_the_timeout(self):
+        rt = run_tests_module()
+        tcs = [rt.TestCase(name=n, path=n, timeout=t)
+               for n, t in (("a", 300), ("b", 300), ("c", 900), ("d", 300))]
+        order = rt.longest_first(tcs, {"a": 40.0, "b": 160.0, "d": 40.0})
+        # c never ran: 900 / 3 = 300 s expected; a and d tie and keep their order.
+        self.assertEqual([tc.name for tc in order], ["c", "b", "a", "d"])
+
+    def test_durations_survive_a_round_trip_and_garbage_is_ignored(self):
+        rt = run_tests_module()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "durations.json")
+            self.assertEqual(rt.load_durations(path), {})
+            rt.save_durations(path, {"limits-ferrdma": 163.0, "probe": 37.5})
+            self.assertEqual(rt.load_durations(path), {"limits-ferrdma": 163.0, "probe": 37.5})
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("[1, 2")
+            self.assertEqual(rt.load_durations(path), {})
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('{"a": "slow", "b": 3}')
+            self.assertEqual(rt.load_durations(path), {"b": 3.0})
+
+
 KTAP_LOG = """\
 [    3.000000] KTAP version 1
 [    3.000001] 1..2
