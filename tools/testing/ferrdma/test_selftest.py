@@ -533,6 +533,19 @@ class LongestFirstTest(unittest.TestCase):
         # c never ran: 900 / 3 = 300 s expected; a and d tie and keep their order.
         self.assertEqual([tc.name for tc in order], ["c", "b", "a", "d"])
 
+    def test_slots_header(self):
+        rt = run_tests_module()
+        with tempfile.TemporaryDirectory() as d:
+            def header(text):
+                path = os.path.join(d, "t.sh")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(f"#!/bin/bash\n# ferrdma-test: {text}\n")
+                return rt.parse_header(path)
+            self.assertEqual(header("vms=2").slots, 2)
+            self.assertEqual(header("vms=2 slots=1").slots, 1)
+            with self.assertRaises(ValueError):
+                header("vms=1 slots=2")
+
     def test_durations_survive_a_round_trip_and_garbage_is_ignored(self):
         rt = run_tests_module()
         with tempfile.TemporaryDirectory() as d:

@@ -13,7 +13,8 @@
 # here with nodad; on loopback only rping, ucmatose and udaddy over IPv6): rping with data validation (-V, small and large messages), ucmatose with 4
 # connections, udaddy with 2, rdma_server/rdma_client, riostream in its data-verifying mode
 # (-T v), ib_write_bw -R and ib_send_lat -R (perftest over rdma_cm), and cmtime, whose
-# connect timings are noted (IPv4 only: this cmtime resolves its addresses as AF_INET). A
+# connect timings are noted (IPv4 only: this cmtime resolves its addresses as AF_INET; 10
+# connections on loopback, 1000 between two VMs, the connection-scale check). A
 # server is started first and the client only once rdma_cm shows the server's listener (or,
 # if it does not, after a bounded retry on "rejected"/"refused"); both sides must exit 0 and
 # print the tool's success lines. After each tool and at the end the device's restrack counts
@@ -256,7 +257,8 @@ cm_pair() {
 
 # cm_tools FAMILY BASEPORT: every tool once over FAMILY (4 or 6), ports from BASEPORT up.
 cm_tools() {
-	local fam=$1 p=$2 sa dev=$EVENTS_DEV ip6opt=()
+	local fam=$1 p=$2 sa dev=$EVENTS_DEV ip6opt=() conns=10
+	[ "$CM_MODE" = loop ] || conns=1000
 	if [ "$CM_MODE" = loop ]; then
 		[ "$fam" = 4 ] && sa=$FERRDMA_IP || sa=$(cm_ip6 "$FERRDMA_NODE")
 	else
@@ -309,8 +311,8 @@ cm_tools() {
 		# QPNs on both ends look like a stale connection to the IB CM.
 		cm_pair "cmtime-v$fam" $((p + 9)) \
 			-s 1 '^cm connect ' -c 1 '^cm connect ' -- \
-			cmtime -b "$sa" -p $((p + 9)) -c 10 -q 3000 -- \
-			cmtime -s "$sa" -p $((p + 9)) -c 10 -q 1000
+			cmtime -b "$sa" -p $((p + 9)) -c "$conns" -q 3000 -- \
+			cmtime -s "$sa" -p $((p + 9)) -c "$conns" -q 1000
 		cm_note_cmtime "$CM_LOGS/cmtime-v$fam.client" client
 		cm_note_cmtime "$CM_LOGS/cmtime-v$fam.server" server
 	fi
