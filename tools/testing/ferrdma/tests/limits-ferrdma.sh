@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400 mem=1536
+# ferrdma-test: vms=1 timeout=600 mem=1536
 #
 # Every limit ferrdma0 reports holds (issue 17, item 8; progs/limits.c through stock libirdma):
 # a CQ of max_cqe entries, an RC pair of max_qp_wr WRs of max_sge SGEs filled before anything is
