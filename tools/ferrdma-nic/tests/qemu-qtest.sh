@@ -56,7 +56,8 @@ QEMU_PID=$QEMU_CO_PID
 CFG=$((0x80000000 | (3 << 11)))
 BAR0=0xfe000000
 BAR4=0xfe010000
-BAR2=0xfe100000
+# BAR2 is 16 MiB (4096 doorbell pages): naturally aligned below BAR0.
+BAR2=0xfd000000
 
 reply=
 q() {
@@ -96,7 +97,7 @@ cfg_read 0x48 "MSI-X PBA: BAR4 + 0x800" 0x804
 # BAR sizing, then program the BARs and enable memory + bus master.
 cfg_write 0x10 0xffffffff; cfg_read 0x10 "BAR0 size mask" 0xffff0000
 cfg_write 0x20 0xffffffff; cfg_read 0x20 "BAR4 size mask" 0xfffff000
-cfg_write 0x18 0xffffffff; cfg_read 0x18 "BAR2 (doorbell) size mask" 0xfff00000
+cfg_write 0x18 0xffffffff; cfg_read 0x18 "BAR2 (doorbell) size mask" 0xff000000
 cfg_write 0x10 $BAR0
 cfg_write 0x20 $BAR4
 cfg_write 0x18 $BAR2
@@ -155,7 +156,7 @@ check "AQ_HEAD" "readl $(reg 0x22c)" 1
 check "completion: cmd_id, status OK" "readl 0x401000" 0x55
 check "completion: opcode, phase" "readl 0x40100c" 0x80000001
 check "caps: hw_rev, max_sge, max_read_sge, chunk" "readl 0x402000" 0x080d0d02
-check "caps: max_qp" "readl 0x402008" 1024
+check "caps: max_qp" "readl 0x402008" 16385
 # A doorbell for a QP that does not exist is ignored; the doorbell BAR reads 0.
 q "writel $BAR2 5"; q "writel $((BAR2 + 0x40)) 9"
 check "doorbell BAR reads 0" "readl $BAR2" 0
