@@ -399,11 +399,16 @@ wait_gid() {
 }
 
 # two_vms_up: the common start of a test between two ferrdma VMs: the NIC and 2 VMs are
-# required; kmemleak is cleared, ferrdma loaded and probed, ferrdma0's RoCE v2 GID index is
-# left in $gid, the peer answers pings (within 90 s) and both VMs meet at barrier "up".
+# required, and the harness's node numbers and addresses must match (10.77.0.1 and
+# 10.77.0.2); kmemleak is cleared, ferrdma loaded and probed, ferrdma0's RoCE v2 GID index is
+# left in $gid, the peer answers pings over the LAN (within 90 s) and both VMs meet at
+# barrier "up".
 two_vms_up() {
 	need_nic
 	[ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
+	[ "$FERRDMA_IP" = "10.77.0.$FERRDMA_NODE" ] || fail "node $FERRDMA_NODE has address $FERRDMA_IP"
+	[ "$FERRDMA_PEER_IP" = "10.77.0.$((3 - FERRDMA_NODE))" ] ||
+		fail "node $FERRDMA_NODE's peer is $FERRDMA_PEER_IP"
 	kmemleak_clear
 	load_ferrdma
 	wait_probe 1 >/dev/null
