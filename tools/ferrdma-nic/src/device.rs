@@ -1,5 +1,5 @@
 //! One ferrdma NIC: config space, BAR0, the MSI-X BAR, MSI-X vectors and guest memory,
-//! glued to the vfio-user server's backend interface ([`crate::vfio_server::ServerBackend`]).
+//! glued to the vfio-user server's backend interface ([`crate::vfio::server::ServerBackend`]).
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,17 +11,17 @@ use vfio_bindings::bindings::vfio::{
     VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
 };
 
-use crate::bar0::{Bar0, Bar0AccessError};
-use crate::config_space::{ConfigAccessError, ConfigSpace};
 use crate::dma::{BusMasterGate, DmaPerm, DmaSpace, MapRequestError};
 use crate::interface::DB_BAR_SIZE;
-use crate::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
 use crate::log_limit::LogLimiter;
-use crate::msix::{GatedMsix, MsixError, MsixVectors};
-use crate::msix_bar::{MsixBar, MsixBarAccessError};
+use crate::pci::bar0::{Bar0, Bar0AccessError};
+use crate::pci::config_space::{ConfigAccessError, ConfigSpace};
+use crate::pci::msix::{GatedMsix, MsixError, MsixVectors};
+use crate::pci::msix_bar::{MsixBar, MsixBarAccessError};
 use crate::rdma::{Engine, Env};
-use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
-use crate::vfio_server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use crate::vfio::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
+use crate::vfio::layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
+use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 /// `DMA_MAP` flag: the device may read.
 pub const DMA_MAP_READ: u32 = DmaMapFlags::READ;
@@ -561,13 +561,13 @@ impl ServerBackend for Device {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config_space::MSIX_CAP_OFFSET;
+    use crate::dma::mapping::test_util::memfd;
     use crate::interface::{
         TestStatus, MSIX_VECTORS, REG_ID, REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN,
         REG_TEST_DMA_SRC, REG_TEST_IRQ, REG_TEST_STATUS, TEST_DMA_CTRL_START,
     };
-    use crate::mapping::test_util::memfd;
-    use crate::msix::test_util::{count, eventfd};
+    use crate::pci::config_space::MSIX_CAP_OFFSET;
+    use crate::pci::msix::test_util::{count, eventfd};
     use std::os::unix::fs::FileExt;
     use vfio_bindings::bindings::vfio::{
         VFIO_IRQ_SET_ACTION_MASK, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,

@@ -6,31 +6,17 @@
 #[path = "../../../drivers/infiniband/hw/ferrdma/interface.rs"]
 pub mod interface;
 
-pub mod bar0;
-pub mod config_space;
 pub mod device;
 pub mod dma;
 pub mod fabric;
-pub mod irq_request;
 pub mod log_limit;
-pub mod mapping;
-pub mod msix;
-pub mod msix_bar;
+pub mod pci;
 pub mod rdma;
-pub mod server;
 pub mod shared;
-pub mod vfio_layout;
-pub mod vfio_protocol;
-pub mod vfio_server;
+pub mod vfio;
 pub mod wire;
 
 #[cfg(test)]
 mod interface_layout;
-#[cfg(test)]
-mod proptests;
-#[cfg(test)]
-mod proptests_backend;
-#[cfg(test)]
-mod proptests_vfio;
 #[cfg(test)]
 mod testhost;

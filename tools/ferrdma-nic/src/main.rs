@@ -16,7 +16,7 @@ use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
 use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::rdma::caps::CapsPlan;
-use ferrdma_nic::server::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
+use ferrdma_nic::vfio::socket::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
 #[derive(Debug, Parser)]

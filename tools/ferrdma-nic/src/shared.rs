@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::vfio_server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::device::Device;
 

@@ -38,7 +38,7 @@ use super::pcap::{Capture, PcapWriter};
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
 use crate::rdma::sabotage::Sabotage;
-use crate::server::{bind, ServeError, SocketFile};
+use crate::vfio::socket::{bind, ServeError, SocketFile};
 
 /// Frames queued towards one port before further ones are dropped.
 const PORT_QUEUE: usize = 256;

@@ -40,7 +40,7 @@ use crate::interface::{
     FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP, REG_DEV_CTRL,
     REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
 };
-use crate::msix::InterruptSink;
+use crate::pci::msix::InterruptSink;
 
 use admin::AdminQueue;
 use cq::{Cq, CqWrite, CqeData};

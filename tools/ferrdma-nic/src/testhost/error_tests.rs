@@ -493,18 +493,18 @@ fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
     r.h.doorbell(1, DB_SQ_OFFSET, 999); // no such QP
     r.h.doorbell(1, 0x80, r.a.id); // unused offset
     r.h.dev()
-        .write_region(crate::vfio_layout::REGION_DB, 4096, &[1, 2])
+        .write_region(crate::vfio::layout::REGION_DB, 4096, &[1, 2])
         .unwrap();
     // Past the BAR is an access to nothing: refused to the client, as a read is.
     assert!(r
         .h
         .dev()
-        .write_region(crate::vfio_layout::REGION_DB, DB_BAR_SIZE as u64, &[0; 4])
+        .write_region(crate::vfio::layout::REGION_DB, DB_BAR_SIZE as u64, &[0; 4])
         .is_err());
     assert!(r
         .h
         .dev()
-        .write_region(crate::vfio_layout::REGION_DB, u64::MAX - 1, &[0; 4])
+        .write_region(crate::vfio::layout::REGION_DB, u64::MAX - 1, &[0; 4])
         .is_err());
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
     assert!(r.h.dev().engine().stats().spurious_doorbells >= before + 4);
@@ -518,7 +518,7 @@ fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
     // Reads of the doorbell BAR return 0.
     let mut b = [0xffu8; 4];
     r.h.dev()
-        .read_region(crate::vfio_layout::REGION_DB, 0, &mut b)
+        .read_region(crate::vfio::layout::REGION_DB, 0, &mut b)
         .unwrap();
     assert_eq!(b, [0; 4]);
 }

@@ -413,7 +413,7 @@ pub fn apply(r: &mut Rig, op: &Op) {
         Op::Doorbell(off, data) => {
             let _ =
                 r.h.dev()
-                    .write_region(crate::vfio_layout::REGION_DB, *off, data);
+                    .write_region(crate::vfio::layout::REGION_DB, *off, data);
         }
         Op::Reg(reg, v) => {
             let _ =

@@ -27,13 +27,13 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::config_space::MSIX_CAP_OFFSET;
 use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
+use crate::dma::mapping::test_util::memfd;
 use crate::interface::*;
-use crate::mapping::test_util::memfd;
-use crate::msix::test_util::{count, eventfd};
+use crate::pci::config_space::MSIX_CAP_OFFSET;
+use crate::pci::msix::test_util::{count, eventfd};
 use crate::shared::SharedDevice;
-use crate::vfio_layout::{REGION_BAR0, REGION_CONFIG, REGION_DB};
+use crate::vfio::layout::{REGION_BAR0, REGION_CONFIG, REGION_DB};
 
 /// Guest-physical base of guest RAM.
 pub const RAM_BASE: u64 = 0x1_0000_0000;

@@ -18,15 +18,15 @@ use vfio_bindings::bindings::vfio::{
 
 use super::vfio_client::{self as vc, cmd, RawClient, HEADER};
 use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
+use crate::dma::mapping::test_util::{memfd, pipe};
 use crate::dma::MAX_MAPPINGS;
 use crate::interface::{MSIX_VECTORS, PCI_DEVICE_ID, PCI_VENDOR_ID};
-use crate::mapping::test_util::{memfd, pipe};
-use crate::msix::test_util::{count, eventfd};
-use crate::server::{bind, serve_device, Clients, ServeError};
+use crate::pci::msix::test_util::{count, eventfd};
 use crate::shared::SharedDevice;
-use crate::vfio_layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
-use crate::vfio_protocol::MAX_DATA_XFER;
-use crate::vfio_server::ServerError;
+use crate::vfio::layout::{region_size, NUM_REGIONS, REGION_CONFIG, REGION_DB};
+use crate::vfio::protocol::MAX_DATA_XFER;
+use crate::vfio::server::ServerError;
+use crate::vfio::socket::{bind, serve_device, Clients, ServeError};
 
 const RW: u32 = DMA_MAP_READ | DMA_MAP_WRITE;
 const EVENTFD_TRIGGER: u32 = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
@@ -754,12 +754,12 @@ fn malformed_messages_end_only_their_connection_and_release_the_client() {
 
 #[test]
 fn truncating_guest_memory_under_the_device_faults_dma_instead_of_killing_the_process() {
+    use crate::dma::mapping::test_util::unsealable_memfd;
     use crate::interface::{
         TestStatus, REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN, REG_TEST_DMA_SRC,
         REG_TEST_STATUS, TEST_DMA_CTRL_START,
     };
-    use crate::mapping::test_util::unsealable_memfd;
-    use crate::vfio_layout::REGION_BAR0;
+    use crate::vfio::layout::REGION_BAR0;
     let s = Served::start("truncate");
     let mut c = s.client();
     c.handshake();
@@ -936,7 +936,7 @@ fn a_region_write_declaring_four_gib_is_refused_at_once_without_allocating_it() 
 #[test]
 fn a_replugged_client_finds_a_reset_device() {
     use crate::interface::REG_SCRATCH;
-    use crate::vfio_layout::REGION_BAR0;
+    use crate::vfio::layout::REGION_BAR0;
     let s = Served::start_for("replug", Clients::UntilStopped);
     let scratch = |c: &mut RawClient| {
         let r = c.call(

@@ -272,15 +272,15 @@ mod tests {
     #[test]
     fn only_eventfds_are_accepted_and_made_non_blocking() {
         let mut v = MsixVectors::new();
-        let (r, w) = crate::mapping::test_util::pipe();
-        for f in [r, w, crate::mapping::test_util::memfd(8)] {
+        let (r, w) = crate::dma::mapping::test_util::pipe();
+        for f in [r, w, crate::dma::mapping::test_util::memfd(8)] {
             assert!(matches!(
                 v.set(0, 1, vec![f]),
                 Err(MsixError::NotEventfd { index: 0, .. })
             ));
         }
         // One bad fd among good ones refuses the whole request.
-        let (_r, w) = crate::mapping::test_util::pipe();
+        let (_r, w) = crate::dma::mapping::test_util::pipe();
         assert!(v.set(0, 2, vec![eventfd(), w]).is_err());
         assert!(!v.is_wired(0));
         // A blocking eventfd whose counter the client filled: raising must not hang.

@@ -10,9 +10,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use super::*;
-use crate::mapping::test_util::{memfd, pipe};
+use crate::dma::mapping::test_util::{memfd, pipe};
 use crate::testhost::vfio_client::{self as vc, RawClient, HEADER};
-use crate::vfio_protocol::{cmd, flags, MAX_DATA_XFER};
+use crate::vfio::protocol::{cmd, flags, MAX_DATA_XFER};
 
 /// What the backend was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,7 +241,7 @@ fn every_command_is_answered_with_its_reply_structure() {
         let u = c.call(cmd::DMA_UNMAP, &vc::dma_unmap(2, 0, 0), &[]);
         assert_eq!(u.payload, vc::dma_unmap(2, 0, 0), "the entry is echoed");
 
-        let e = crate::msix::test_util::eventfd();
+        let e = crate::pci::msix::test_util::eventfd();
         let s = c.call(
             cmd::SET_IRQS,
             &vc::set_irqs(0x24, 1, 0, 2),

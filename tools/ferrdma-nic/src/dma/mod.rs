@@ -5,12 +5,14 @@
 //! allow the direction of the access; otherwise nothing at all is read or written and a
 //! [`DmaError`] says why. Address arithmetic is overflow-checked throughout.
 
+pub mod mapping;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 
 use thiserror::Error;
 
-use crate::mapping::{MapError, Mapping};
+use crate::dma::mapping::{MapError, Mapping};
 
 /// At most this many live mappings per device; more is refused. Far below VFIO type1's
 /// 65535 on purpose: every fd-backed mapping is an `mmap` of this process, and the kernel's
@@ -391,7 +393,7 @@ impl GuestMemory for DmaSpace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::test_util::memfd;
+    use crate::dma::mapping::test_util::memfd;
     use std::os::unix::fs::FileExt;
 
     const RW: DmaPerm = DmaPerm {

@@ -9,17 +9,17 @@
 //! capability), MSI-X (2, [`MSIX_VECTORS`]). The error and request indices (3, 4) are not
 //! reported, so QEMU's queries for them fail quietly and it enables neither.
 
-use crate::vfio_server::{IrqInfo, ServerRegion};
+use crate::vfio::server::{IrqInfo, ServerRegion};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_INFO_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_INTX_IRQ_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX, VFIO_PCI_NUM_REGIONS,
     VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
 };
 
-use crate::config_space::CONFIG_SPACE_SIZE;
 use crate::interface::{
     BAR0_INDEX, BAR0_SIZE, DB_BAR_INDEX, DB_BAR_SIZE, MSIX_BAR_INDEX, MSIX_BAR_SIZE, MSIX_VECTORS,
 };
+use crate::pci::config_space::CONFIG_SPACE_SIZE;
 
 /// Region index of BAR0.
 pub const REGION_BAR0: u32 = VFIO_PCI_BAR0_REGION_INDEX + BAR0_INDEX;

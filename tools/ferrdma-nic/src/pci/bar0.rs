@@ -25,7 +25,7 @@ use crate::interface::{
     REG_TEST_DMA_SRC, REG_TEST_IRQ, REG_TEST_STATUS, REG_VERSION, TEST_DMA_CTRL_START,
     TEST_DMA_MAX_LEN, VERSION_MAJOR, VERSION_MINOR,
 };
-use crate::msix::InterruptSink;
+use crate::pci::msix::InterruptSink;
 
 /// An access outside BAR0.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -252,10 +252,10 @@ impl Bar0 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dma::mapping::test_util::memfd;
     use crate::dma::{DmaPerm, DmaSpace};
-    use crate::mapping::test_util::memfd;
-    use crate::msix::test_util::{count, eventfd};
-    use crate::msix::{GatedMsix, MsixVectors};
+    use crate::pci::msix::test_util::{count, eventfd};
+    use crate::pci::msix::{GatedMsix, MsixVectors};
     use std::fs::File;
     use std::os::unix::fs::FileExt;
 

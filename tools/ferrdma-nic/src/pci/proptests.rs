@@ -6,15 +6,15 @@ use std::os::unix::fs::FileExt;
 
 use proptest::prelude::*;
 
-use crate::config_space::CONFIG_SPACE_SIZE;
 use crate::device::{Device, DMA_MAP_READ, DMA_MAP_WRITE};
+use crate::dma::mapping::test_util::memfd;
 use crate::interface::{
     BAR0_SIZE, MSIX_BAR_SIZE, REG_TEST_DMA_CTRL, REG_TEST_DMA_DST, REG_TEST_DMA_LEN,
     REG_TEST_DMA_SRC, REG_TEST_IRQ,
 };
-use crate::mapping::test_util::memfd;
-use crate::msix::test_util::eventfd;
-use crate::vfio_layout::{region_size, REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
+use crate::pci::config_space::CONFIG_SPACE_SIZE;
+use crate::pci::msix::test_util::eventfd;
+use crate::vfio::layout::{region_size, REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
 
 const PAGE: u64 = 0x1000;
 /// Guest memory: one memfd of 3 pages of which only the middle page is mapped, at IOVA.

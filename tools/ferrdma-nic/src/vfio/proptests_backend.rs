@@ -7,7 +7,7 @@
 
 use std::fs::File;
 
-use crate::vfio_server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 use proptest::prelude::*;
 use vfio_bindings::bindings::vfio::{
     VFIO_DMA_UNMAP_FLAG_ALL, VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD,
@@ -15,9 +15,9 @@ use vfio_bindings::bindings::vfio::{
 };
 
 use crate::device::Device;
+use crate::dma::mapping::test_util::{memfd, pipe};
 use crate::interface::MSIX_VECTORS;
-use crate::mapping::test_util::{memfd, pipe};
-use crate::msix::test_util::eventfd;
+use crate::pci::msix::test_util::eventfd;
 use crate::shared::SharedDevice;
 
 const PAGE: u64 = 0x1000;

@@ -1,5 +1,5 @@
 //! Serving one device on one Unix socket with our vfio-user server
-//! ([`crate::vfio_server`]).
+//! ([`crate::vfio::server`]).
 //!
 //! The listening socket is bound here so that a stale socket file left by a killed run can
 //! be replaced, and so that removal of the socket file is under our control:
@@ -21,8 +21,8 @@ use crate::device::{Device, TxSink};
 use crate::fabric::hub::EnginePort;
 use crate::rdma::caps::CapsPlan;
 use crate::shared::{spawn_engine, SharedDevice};
-use crate::vfio_layout::{irq_infos, server_regions};
-use crate::vfio_server::{Server, ServerError};
+use crate::vfio::layout::{irq_infos, server_regions};
+use crate::vfio::server::{Server, ServerError};
 
 /// Why serving failed.
 #[derive(Debug, Error)]

@@ -10,7 +10,7 @@
 //!   access structure) before anything is allocated; otherwise the message cannot be
 //!   delimited, so the server sends an error reply and ends the connection.
 //! * The payload is read into a buffer of exactly that size, then parsed
-//!   ([`crate::vfio_protocol::parse`]): a short payload, an unknown command, a reply or a
+//!   ([`crate::vfio::protocol::parse`]): a short payload, an unknown command, a reply or a
 //!   region access count above the limit or not matching the data is refused with an error
 //!   reply (the message boundary is known, so the session goes on).
 //! * `VERSION` must come first and only once; region and irq indices are checked against the
@@ -32,16 +32,16 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use thiserror::Error;
 use vfio_bindings::bindings::vfio::{VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET};
 
-use crate::vfio_protocol::{
+use crate::vfio::protocol::{
     check_size, error_reply, parse, reply_header, server_capabilities, Header, Out, ProtocolError,
     Request, HEADER_SIZE, MAX_MESSAGE, MAX_MSG_FDS, REGION_ACCESS_SIZE, VERSION_MAJOR,
     VERSION_MINOR,
 };
-pub use crate::vfio_protocol::{DmaMapFlags, DmaUnmapFlags};
+pub use crate::vfio::protocol::{DmaMapFlags, DmaUnmapFlags};
 
 /// What the device does for the client's commands. Every argument comes from the client
 /// unchecked, except that region and irq indices exist in the server's tables and region
-/// access data is at most [`crate::vfio_protocol::MAX_DATA_XFER`] bytes.
+/// access data is at most [`crate::vfio::protocol::MAX_DATA_XFER`] bytes.
 pub trait ServerBackend {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()>;
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()>;

@@ -15,13 +15,13 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use crate::device::Device;
-use crate::mapping::test_util::{memfd, pipe};
-use crate::msix::test_util::eventfd;
+use crate::dma::mapping::test_util::{memfd, pipe};
+use crate::pci::msix::test_util::eventfd;
 use crate::shared::SharedDevice;
 use crate::testhost::vfio_client::{self as vc, RawClient};
-use crate::vfio_layout::{irq_infos, server_regions};
-use crate::vfio_protocol::{flags, Header, HEADER_SIZE, MAX_MESSAGE};
-use crate::vfio_server::{Server, SessionStats};
+use crate::vfio::layout::{irq_infos, server_regions};
+use crate::vfio::protocol::{flags, Header, HEADER_SIZE, MAX_MESSAGE};
+use crate::vfio::server::{Server, SessionStats};
 
 /// How a message's header states its size.
 #[derive(Debug, Clone)]

@@ -98,7 +98,7 @@ impl IrqRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msix::test_util::eventfd;
+    use crate::pci::msix::test_util::eventfd;
 
     #[test]
     fn decodes_valid_combinations() {
