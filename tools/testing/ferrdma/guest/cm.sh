@@ -9,8 +9,9 @@
 # "ferrdma" (ferrdma0, bound to eth0 with the same MAC, so rdma_cm resolves eth0's addresses
 # to it).
 #
-# Every tool runs over IPv4 (eth0's 10.77.0.N) and IPv6 (a static ULA, fd00:f::N/64, added
-# here with nodad; on loopback only rping, ucmatose and udaddy over IPv6): rping with data validation (-V, small and large messages), ucmatose with 4
+# Every tool runs over IPv4 (eth0's 10.77.0.N), the addressing ones (rping, ucmatose, udaddy)
+# also over IPv6 (a static ULA, fd00:f::N/64, added here with nodad): rping with data
+# validation (-V, small and large messages), ucmatose with 4
 # connections, udaddy with 2, rdma_server/rdma_client, riostream in its data-verifying mode
 # (-T v), ib_write_bw -R and ib_send_lat -R (perftest over rdma_cm), and cmtime, whose
 # connect timings are noted (IPv4 only: this cmtime resolves its addresses as AF_INET; 10
@@ -283,10 +284,11 @@ cm_tools() {
 		-s 1 '^return status 0$' -c 1 '^return status 0$' -- \
 		udaddy -b "$sa" -c 2 -C 20 -- \
 		udaddy -s "$sa" -c 2 -C 20
-	# On loopback, IPv6 differs from IPv4 only in addressing (the CM's resolution, the GID,
-	# the GRH of CM MADs and datagrams), which the tools above cover; the ones below add
-	# transport, which the IPv4 run covers on loopback and cm_two_vms over IPv6 too.
-	if [ "$CM_MODE" = loop ] && [ "$fam" = 6 ]; then
+	# IPv6 differs from IPv4 only in addressing (the CM's resolution, the GID, the GRH of CM
+	# MADs and datagrams, the IPv6 header on the wire), which the tools above cover with RC
+	# data checked both ways (rping -V) and UD (udaddy); the ones below add more tools on the
+	# same transport, which the IPv4 run covers.
+	if [ "$fam" = 6 ]; then
 		return 0
 	fi
 	cm_pair "rdma_server-v$fam" $((p + 5)) \

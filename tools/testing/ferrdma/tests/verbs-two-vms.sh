@@ -5,7 +5,8 @@
 # RDMA between two VMs, each with its own ferrdma NIC, over the NIC process's fabric: stock
 # ibv_rc_pingpong (with data check, and event-driven), ibv_ud_pingpong, and perftest's
 # ib_send_bw, ib_write_bw, ib_read_bw and ib_send_lat over sizes 2 B..8 MiB, ib_write_lat and
-# ib_read_lat at 2 B and 64 KiB.
+# ib_read_lat at 2 B and 64 KiB, and the event-driven ib_send_lat -e and ib_send_bw -e (what
+# events-pingpong-rxe runs on soft RoCE).
 # Node 2 serves, node 1 connects to it through node 2's RoCE v2 GID; every run must pass on
 # both sides and report its result rows. Then no objects are left and kmemleak is clean.
 . "$FERRDMA_HARNESS/guest/lib.sh"
@@ -56,6 +57,14 @@ run 21 ib_read_bw -x "$gid" -a -n 10
 # READ ping-pongs at a small and a large size (every size costs a start of perftest with
 # 8 MiB buffers, which is what made them long; perftest-loopback runs them at three sizes).
 run 23 ib_send_lat -x "$gid" -a -n 5
+# Event-driven perftest: the tool arms the CQ and sleeps on its completion channel. ib_send_lat
+# -e used to stop after a few dozen iterations: it polls a CQ once per event, and the NIC raised
+# an event at once for every arm that found unpolled CQEs - the very CQEs the tool polls right
+# after arming - so every such spurious event left a send completion behind until the send CQ
+# overflowed. The NIC now looks again 1 ms after such an arm and raises the event only if they
+# are still unpolled (manual, "Arming with unpolled CQEs"; issue 6).
+run 1 ib_send_lat -x "$gid" -e -F -n 200
+run 1 ib_send_bw -x "$gid" -e -F -n 200
 for s in 2 65536; do
 	run 1 ib_write_lat -x "$gid" -s "$s" -n 100
 	run 1 ib_read_lat -x "$gid" -s "$s" -n 100
