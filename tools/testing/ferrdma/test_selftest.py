@@ -498,18 +498,6 @@ class EarlyExitReaderTest(unittest.TestCase):
         self.assertFalse(self.PATTERN.search("dmesg | has_line x"))
 
 
-def run_tests_discover():
-    """run-tests' discover() (run-tests is a script, not a module)."""
-    import importlib.machinery
-    import importlib.util
-    here = os.path.dirname(os.path.abspath(__file__))
-    loader = importlib.machinery.SourceFileLoader("run_tests", os.path.join(here, "run-tests"))
-    spec = importlib.util.spec_from_loader("run_tests", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod.discover()
-
-
 def run_tests_module():
     """run-tests loaded as a module (it is a script)."""
     import importlib.machinery
@@ -520,6 +508,11 @@ def run_tests_module():
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
+
+
+def run_tests_discover():
+    """run-tests' discover()."""
+    return run_tests_module().discover()
 
 
 class LongestFirstTest(unittest.TestCase):
