@@ -32,9 +32,7 @@ struct Region {
 
 fn region(h: &mut Host, n: u32) -> Region {
     let pages = h.scattered_pages(n);
-    let list = h.alloc(8 * u64::from(n), 8);
-    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
-    h.write(list, &raw);
+    let list = h.alloc_u64s(&pages, 8);
     Region {
         iova: pages[0] + 0x100,
         len: u64::from(n) * 4096 - 0x300,
@@ -475,16 +473,9 @@ fn tree(h: &mut Host, n: u32, distinct: u32) -> Tree {
     let entries: Vec<u64> = (0..n as usize).map(|i| pages[i % pages.len()]).collect();
     let leaves: Vec<u64> = entries
         .chunks(per)
-        .map(|chunk| {
-            let leaf = h.alloc(4096, 4096);
-            let raw: Vec<u8> = chunk.iter().flat_map(|p| p.to_le_bytes()).collect();
-            h.write(leaf, &raw);
-            leaf
-        })
+        .map(|chunk| h.alloc_u64s(chunk, 4096))
         .collect();
-    let root = h.alloc(4096, 4096);
-    let raw: Vec<u8> = leaves.iter().flat_map(|p| p.to_le_bytes()).collect();
-    h.write(root, &raw);
+    let root = h.alloc_u64s(&leaves, 4096);
     Tree {
         pages,
         root,

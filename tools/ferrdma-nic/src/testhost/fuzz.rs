@@ -357,12 +357,7 @@ pub fn apply(r: &mut Rig, op: &Op) {
             }
             let pbl = match list {
                 Ok(a) => *a,
-                Err(pages) => {
-                    let at = r.h.alloc(8 * pages.len() as u64, 8);
-                    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
-                    r.h.write(at, &raw);
-                    at
-                }
+                Err(pages) => r.h.alloc_u64s(pages, 8),
             };
             let wr = Wr {
                 opcode: sq_op::FAST_REG,

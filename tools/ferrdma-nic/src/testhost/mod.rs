@@ -411,6 +411,14 @@ impl Host {
         }
     }
 
+    /// Guest memory aligned to `align` holding `values` as little-endian u64s (page lists).
+    pub fn alloc_u64s(&mut self, values: &[u64], align: u64) -> u64 {
+        let at = self.alloc(8 * values.len() as u64, align);
+        let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.write(at, &raw);
+        at
+    }
+
     /// Describes `pages` (4 KiB each) as a level-1 list (or level 0 if one page).
     pub fn page_list(&mut self, pages: &[u64]) -> PageList {
         if pages.len() == 1 {
@@ -421,9 +429,7 @@ impl Host {
                 ..Default::default()
             };
         }
-        let list = self.alloc(pages.len() as u64 * 8, 4096);
-        let bytes: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
-        self.write(list, &bytes);
+        let list = self.alloc_u64s(pages, 4096);
         PageList {
             addr: list,
             npages: pages.len() as u32,

@@ -847,9 +847,7 @@ fn fast_registered_rkey_over_the_wire_then_send_with_invalidate() {
     assert_eq!(net.b.h.admin(alloc.encode()), admin_status::OK);
     let d = net.b.dst.gpa;
     let pages = [d + 0x2000, d + 0x1000, d];
-    let list = net.b.h.alloc(24, 8);
-    let raw: Vec<u8> = pages.iter().flat_map(|p| p.to_le_bytes()).collect();
-    net.b.h.write(list, &raw);
+    let list = net.b.h.alloc_u64s(&pages, 8);
     let iova = 0x5555_0000_0400;
     let stag = 0x7ab;
     let fr = Wr {
