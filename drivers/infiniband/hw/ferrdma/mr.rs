@@ -122,15 +122,10 @@ impl FastRegList {
                 GFP_KERNEL,
             )?));
         }
+        // Empty list pages: map_mr_sg fills them.
         let n = max_pages.div_ceil(per) as usize;
-        let mut leaves = KVec::with_capacity(n, GFP_KERNEL)?;
-        let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            let leaf = pbl::list_page(dev, &[])?;
-            addrs.push(leaf.dma_address(), GFP_KERNEL)?;
-            leaves.push(leaf, GFP_KERNEL)?;
-        }
-        let root = pbl::list_page(dev, &addrs)?;
+        let empty: &[u64] = &[];
+        let (root, leaves) = pbl::two_levels(dev, n, core::iter::repeat(empty).take(n))?;
         Ok(Self::TwoLevel { root, leaves })
     }
 

@@ -65,14 +65,9 @@ impl PageList {
                 (a, hw::PBL_LEVEL_1)
             }
             Shape::Level2(leaves) => {
-                let mut leaf_addrs = KVec::with_capacity(leaves, GFP_KERNEL)?;
-                for chunk in addrs.chunks(PER_PAGE) {
-                    let p = list_page(dev, chunk)?;
-                    leaf_addrs.push(p.dma_address(), GFP_KERNEL)?;
-                    pages.push(p, GFP_KERNEL)?;
-                }
-                let root = list_page(dev, &leaf_addrs)?;
+                let (root, list_pages) = two_levels(dev, leaves, addrs.chunks(PER_PAGE))?;
                 let a = root.dma_address();
+                pages = list_pages;
                 pages.push(root, GFP_KERNEL)?;
                 (a, hw::PBL_LEVEL_2)
             }
@@ -95,11 +90,25 @@ impl PageList {
     }
 }
 
-/// A coherent 4 KiB page holding `addrs` (at most 512; the rest zero).
-pub(crate) fn list_page(
+/// The pages of a two-level list: a list page for each of the `n` `chunks` (at most 512
+/// addresses each) and a root page naming them; returns the root and the list pages.
+pub(crate) fn two_levels<'a>(
     dev: &device::Device<device::Bound>,
-    addrs: &[u64],
-) -> Result<Coherent<[u64]>> {
+    n: usize,
+    chunks: impl Iterator<Item = &'a [u64]>,
+) -> Result<(Coherent<[u64]>, KVec<Coherent<[u64]>>)> {
+    let mut leaves = KVec::with_capacity(n, GFP_KERNEL)?;
+    let mut addrs = KVec::with_capacity(n, GFP_KERNEL)?;
+    for chunk in chunks {
+        let leaf = list_page(dev, chunk)?;
+        addrs.push(leaf.dma_address(), GFP_KERNEL)?;
+        leaves.push(leaf, GFP_KERNEL)?;
+    }
+    Ok((list_page(dev, &addrs)?, leaves))
+}
+
+/// A coherent 4 KiB page holding `addrs` (at most 512; the rest zero).
+fn list_page(dev: &device::Device<device::Bound>, addrs: &[u64]) -> Result<Coherent<[u64]>> {
     let page = Coherent::<u64>::zeroed_slice(dev, PER_PAGE, GFP_KERNEL)?;
     for (i, &a) in addrs.iter().enumerate() {
         io_write!(page, [try: i], a.to_le());
