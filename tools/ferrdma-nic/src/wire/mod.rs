@@ -6,7 +6,6 @@
 pub mod aeth;
 pub mod bth;
 pub mod checksum;
-pub mod crc32;
 pub mod error;
 pub mod eth;
 pub mod ext;
