@@ -97,7 +97,8 @@ impl Clock {
 
 /// Where the device's RoCE frames go (the fabric); without one they wait in the engine's
 /// bounded outbox for [`Device::take_tx`].
-pub struct TxSink(pub Box<dyn Fn(Vec<u8>) + Send>);
+/// It takes what one engine step emitted at once, so the fabric is woken once per burst.
+pub struct TxSink(pub Box<dyn Fn(Vec<Vec<u8>>) + Send>);
 
 impl std::fmt::Debug for TxSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,8 +174,9 @@ impl Device {
 
     fn flush_tx(&mut self) {
         if let Some(sink) = &self.sink {
-            for frame in self.engine.take_tx() {
-                (sink.0)(frame);
+            let frames = self.engine.take_tx();
+            if !frames.is_empty() {
+                (sink.0)(frames);
             }
         }
     }

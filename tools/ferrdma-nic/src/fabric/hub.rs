@@ -42,10 +42,15 @@ use crate::vfio::socket::{bind, ServeError, SocketFile};
 
 /// Frames queued towards one port before further ones are dropped.
 const PORT_QUEUE: usize = 256;
-/// Frames queued from all readers towards the switch.
-const SWITCH_QUEUE: usize = 1024;
+/// Bursts queued from all readers and engines towards the switch: at most 64 frames each
+/// from an engine ([`BURST`]), at most one read buffer (64 KiB) from a LAN connection.
+const SWITCH_QUEUE: usize = 64;
+/// Frames an engine hands over in one event.
+const BURST: usize = 64;
 /// Concurrent LAN connections over all sockets; more are refused (each costs two threads).
 const MAX_CONNECTIONS: usize = 64;
+/// Bytes of capture buffered between flushes (the switch flushes when it runs out of work).
+const PCAP_BUFFER: usize = 1 << 20;
 /// MAC aging in seconds of the switch's clock.
 const AGING_SECS: u64 = 300;
 
@@ -65,7 +70,9 @@ pub enum HubError {
 enum Event {
     /// A port connected on the LAN socket with this index.
     Join(PortId, usize, SyncSender<Vec<u8>>),
-    Frame(PortId, Vec<u8>),
+    /// Frames a port sent, in order: a NIC engine's burst, or what one read of a LAN
+    /// connection decoded (one event each, so the switch thread is woken once per burst).
+    Frames(PortId, Vec<Vec<u8>>),
     Gone(PortId),
     /// A control request (`control.rs`), answered on the channel.
     Control(Command, SyncSender<Reply>),
@@ -179,10 +186,15 @@ impl EnginePort {
         Arc::clone(&self.sabotage)
     }
 
-    /// Hands a frame to the switch (blocks while the switch queue is full).
-    pub fn send(&self, frame: Vec<u8>) {
-        if self.tx.send(Event::Frame(self.port, frame)).is_err() {
-            log::debug!("engine port {}: the switch is gone", self.port);
+    /// Hands frames to the switch (blocks while the switch queue is full).
+    pub fn send(&self, mut frames: Vec<Vec<u8>>) {
+        while !frames.is_empty() {
+            let rest = frames.split_off(frames.len().min(BURST));
+            if self.tx.send(Event::Frames(self.port, frames)).is_err() {
+                log::debug!("engine port {}: the switch is gone", self.port);
+                return;
+            }
+            frames = rest;
         }
     }
 }
@@ -217,7 +229,9 @@ impl Hub {
                     source,
                 };
                 let f = File::create(&cap.path).map_err(err)?;
-                let w = PcapWriter::with_snaplen(BufWriter::new(f), cap.snaplen).map_err(err)?;
+                let w =
+                    PcapWriter::with_snaplen(BufWriter::with_capacity(PCAP_BUFFER, f), cap.snaplen)
+                        .map_err(err)?;
                 Some(w)
             }
             None => None,
@@ -352,15 +366,13 @@ fn read_loop(port: PortId, mut stream: UnixStream, tx: &SyncSender<Event>) {
                 break;
             }
         };
-        let mut closed = false;
-        let r = dec.feed(&buf[..n], |f| {
-            closed |= tx.send(Event::Frame(port, f.to_vec())).is_err();
-        });
-        if let Err(e) = r {
-            log::warn!("port {port}: {e}; closing the port");
+        let mut frames = Vec::new();
+        let r = dec.feed(&buf[..n], |f| frames.push(f.to_vec()));
+        if !frames.is_empty() && tx.send(Event::Frames(port, frames)).is_err() {
             break;
         }
-        if closed {
+        if let Err(e) = r {
+            log::warn!("port {port}: {e}; closing the port");
             break;
         }
     }
@@ -618,39 +630,51 @@ fn run_switch(
     }
     let mut out = Vec::new();
     let mut ready = Vec::new();
+    // The next event, taken early: the capture is flushed when the switch has no more work
+    // (no write system call per frame, which cost the switch thread half its time under
+    // load), and before the frame that ends a burst goes out, so a frame a port received
+    // is in the capture file, and the capture is complete whenever the fabric is idle.
+    let mut next: Option<Event> = None;
+    // A batch's frames and the ranges of `dests` they go to.
+    let mut plan: Vec<(Vec<u8>, std::ops::Range<usize>)> = Vec::new();
+    let mut dests: Vec<PortId> = Vec::new();
     loop {
         // Sleep no longer than the next delayed frame is due.
         let due = st.links.values().filter_map(Link::next_due).min();
-        let ev = match due {
-            None => match rx.recv() {
-                Ok(ev) => ev,
-                Err(_) => return,
-            },
-            Some(due) => {
-                let wait = Duration::from_millis(due.saturating_sub(st.ms()));
-                match rx.recv_timeout(wait) {
+        let ev = match next.take() {
+            Some(ev) => ev,
+            None => match due {
+                None => match rx.recv() {
                     Ok(ev) => ev,
-                    Err(RecvTimeoutError::Timeout) => {
-                        let now = st.ms();
-                        let ports: Vec<PortId> = st.links.keys().copied().collect();
-                        for p in ports {
-                            ready.clear();
-                            if let Some(link) = st.links.get_mut(&p) {
-                                link.poll(now, &mut ready);
-                            }
-                            if let Some(q) = st.queues.get(&p).or_else(|| st.engine_queues.get(&p))
-                            {
-                                let pst = st.stats.entry(p).or_default();
-                                for f in ready.drain(..) {
-                                    enqueue(q, p, f, pst);
+                    Err(_) => return,
+                },
+                Some(due) => {
+                    let wait = Duration::from_millis(due.saturating_sub(st.ms()));
+                    match rx.recv_timeout(wait) {
+                        Ok(ev) => ev,
+                        Err(RecvTimeoutError::Timeout) => {
+                            let now = st.ms();
+                            let ports: Vec<PortId> = st.links.keys().copied().collect();
+                            for p in ports {
+                                ready.clear();
+                                if let Some(link) = st.links.get_mut(&p) {
+                                    link.poll(now, &mut ready);
+                                }
+                                if let Some(q) =
+                                    st.queues.get(&p).or_else(|| st.engine_queues.get(&p))
+                                {
+                                    let pst = st.stats.entry(p).or_default();
+                                    for f in ready.drain(..) {
+                                        enqueue(q, p, f, pst);
+                                    }
                                 }
                             }
+                            continue;
                         }
-                        continue;
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
-                    Err(RecvTimeoutError::Disconnected) => return,
                 }
-            }
+            },
         };
         match ev {
             Event::Join(port, lan, q) => {
@@ -676,26 +700,53 @@ fn run_switch(
                 let r = st.control(cmd);
                 let _ = reply.try_send(r);
             }
-            Event::Frame(port, frame) => {
-                if st.links.get(&port).is_some_and(Link::is_down) {
-                    st.stats.entry(port).or_default().rx_down += 1;
-                    continue;
+            Event::Frames(port, frames) => {
+                // Switch the whole batch, then flush the capture if nothing else waits,
+                // then deliver: a frame a port received is in the capture file.
+                plan.clear();
+                dests.clear();
+                let mut captured = false;
+                for frame in frames {
+                    if st.links.get(&port).is_some_and(Link::is_down) {
+                        st.stats.entry(port).or_default().rx_down += 1;
+                        continue;
+                    }
+                    st.stats.entry(port).or_default().rx += 1;
+                    let now = st.start.elapsed().as_secs();
+                    st.sw.forward(port, &frame, now, &mut out);
+                    if out.is_empty() {
+                        continue;
+                    }
+                    if let Some(w) = pcap.as_mut() {
+                        captured = true;
+                        if let Err(e) = w.write(&frame) {
+                            log::error!("pcap: {e}; capture stopped");
+                            pcap = None;
+                        }
+                    }
+                    let first = dests.len();
+                    dests.extend_from_slice(&out);
+                    plan.push((frame, first..dests.len()));
                 }
-                st.stats.entry(port).or_default().rx += 1;
-                let now = st.start.elapsed().as_secs();
-                st.sw.forward(port, &frame, now, &mut out);
-                if out.is_empty() {
-                    continue;
-                }
-                if let Some(w) = pcap.as_mut() {
-                    // Flushed per frame so a capture is complete whenever the process ends.
-                    if let Err(e) = w.write(&frame).and_then(|_| w.flush()) {
-                        log::error!("pcap: {e}; capture stopped");
-                        pcap = None;
+                if let (true, Some(w)) = (captured, pcap.as_mut()) {
+                    match rx.try_recv() {
+                        Ok(ev) => next = Some(ev),
+                        Err(_) => {
+                            if let Err(e) = w.flush() {
+                                log::error!("pcap: {e}; capture stopped");
+                                pcap = None;
+                            }
+                        }
                     }
                 }
-                for &p in &out {
-                    st.emit(p, frame.clone(), &mut ready);
+                for (frame, ports) in plan.drain(..) {
+                    // The last port takes the frame itself: one copy fewer per unicast frame.
+                    if let Some((&last, rest)) = dests[ports].split_last() {
+                        for &p in rest {
+                            st.emit(p, frame.clone(), &mut ready);
+                        }
+                        st.emit(last, frame, &mut ready);
+                    }
                 }
             }
         }

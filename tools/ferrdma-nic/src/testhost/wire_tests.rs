@@ -1667,6 +1667,11 @@ struct Running {
 
 impl Running {
     fn start(tag: &str, faults: crate::fabric::hub::Faults) -> Self {
+        Self::start_with(tag, faults, Some(crate::fabric::pcap::SNAPLEN))
+    }
+
+    /// With a capture of `snaplen` bytes per frame, or none.
+    fn start_with(tag: &str, faults: crate::fabric::hub::Faults, snaplen: Option<u32>) -> Self {
         use crate::device::TxSink;
         use crate::fabric::hub::{Hub, NicAttachment, ENGINE_QUEUE};
         use crate::shared::spawn_engine;
@@ -1687,14 +1692,14 @@ impl Running {
                 inbound: txb,
             },
         ];
-        let capture = crate::fabric::pcap::Capture {
+        let capture = snaplen.map(|snaplen| crate::fabric::pcap::Capture {
             path: cap.clone(),
-            snaplen: crate::fabric::pcap::SNAPLEN,
-        };
-        let hub = Hub::start(std::slice::from_ref(&lan), Some(&capture), nics, faults).unwrap();
+            snaplen,
+        });
+        let hub = Hub::start(std::slice::from_ref(&lan), capture.as_ref(), nics, faults).unwrap();
         let start = std::time::Instant::now();
-        let a = Nic::with_clock(1, Clock::Real(start), 4 << 20);
-        let b = Nic::with_clock(2, Clock::Real(start), 4 << 20);
+        let a = Nic::with_clock(1, Clock::Real(start), 16 << 20);
+        let b = Nic::with_clock(2, Clock::Real(start), 16 << 20);
         for (n, port) in [&a, &b].into_iter().zip(hub.engine_ports.iter().cloned()) {
             n.h.dev().set_sink(TxSink(Box::new(move |f| port.send(f))));
         }
@@ -2561,4 +2566,83 @@ fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
         transfer(&mut net, op, 5000, 30);
     }
     assert_eq!(knob.hits(), 2);
+}
+
+/// The NIC-level figure of `make bench`: two NICs with their engine threads on a running
+/// fabric (no VMs, no guest CPU), one RC QP streaming 64 KiB RDMA WRITEs with 64 in flight,
+/// as ib_write_bw does, for each path MTU, with the capture on (128 bytes a frame, as the VM
+/// harness keeps) and off.
+/// Prints `fabric-bench:` lines; judges only that every WRITE completed and the last
+/// window's bytes arrived.
+#[test]
+#[ignore]
+fn fabric_bench_write_stream() {
+    use crate::fabric::hub::Faults;
+    let total: u64 = std::env::var("FERRDMA_FABRIC_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+        << 20;
+    const MSG: u32 = 64 << 10;
+    const DEPTH: usize = 64;
+    for (mtu, bytes) in [(3u8, 1024), (5, 4096)] {
+        for pcap in [true, false] {
+            let tag = format!("bench-{mtu}-{pcap}");
+            let snaplen = pcap.then_some(128);
+            let Running {
+                dir,
+                hub,
+                mut a,
+                mut b,
+                engines,
+                ..
+            } = Running::start_with(&tag, Faults::default(), snaplen);
+            let p = Path {
+                mtu,
+                ..Path::default()
+            };
+            a.connect(2, p, 7, 9);
+            b.connect(1, p, 9, 7);
+            let slots = a.src.len / u64::from(MSG);
+            let data = pattern(a.src.len as usize, mtu);
+            a.h.write(a.src.gpa, &data);
+            let msgs = total / u64::from(MSG);
+            let t0 = std::time::Instant::now();
+            let (mut posted, mut done, mut inflight) = (0u64, 0u64, 0usize);
+            while done < msgs {
+                while inflight < DEPTH && posted < msgs {
+                    let off = (posted % slots) * u64::from(MSG);
+                    let wr = Wr {
+                        opcode: sq_op::RDMA_WRITE,
+                        signaled: true,
+                        sges: vec![a.src.sg(off, MSG)],
+                        hdr_low: b.dst.stag,
+                        qw2: b.dst.va + off,
+                        ..Default::default()
+                    };
+                    a.h.send(&mut a.qp, &wr);
+                    posted += 1;
+                    inflight += 1;
+                }
+                let c = a.h.poll_cq(&mut a.scq);
+                assert!(c.iter().all(|c| c.error().is_none()), "{c:?}");
+                done += c.len() as u64;
+                inflight -= c.len();
+                if c.is_empty() {
+                    std::thread::yield_now();
+                }
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            drop(engines);
+            assert!(b.h.read(b.dst.gpa, a.src.len as usize) == data);
+            println!(
+                "fabric-bench: write 64KiB x{DEPTH} mtu {bytes} pcap {}: {:.0} MiB/s ({} MiB in {secs:.2} s)",
+                if pcap { "on" } else { "off" },
+                (total >> 20) as f64 / secs,
+                total >> 20,
+            );
+            drop(hub);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }
