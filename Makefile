@@ -5,7 +5,7 @@
 #
 #   make run     boot VMs with ferrdma NICs on one fabric and run the demo
 #   make check   all tests: device-model unit tests, kernel build, KUnit and VM tests
-#   make bench   perftest on ferrdma and on rxe in the same VM, one table
+#   make bench   ferrdma vs rxe on the same two VMs, and the host's memcpy: table, CSV, plots
 #   make fuzz-uverbs   the uverbs fuzzer, long: FUZZ_COMMANDS (1000000) with FUZZ_SEED (fresh)
 #   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #   make check-kasan   the driver-heavy VM tests on the KASAN kernel (~20 min)
@@ -51,9 +51,9 @@ kmod: kernel
 run: kernel nic
 	@scripts/run-demo.sh
 
+# ~40 min with BENCH_REPS=3 under TCG; the run's directory is printed (table, CSV, plots).
 bench: kernel nic
-	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --timeout 900 \
-		/ferrdma/src/tools/testing/ferrdma/bench/bench.sh
+	@scripts/bench.sh
 
 # The uverbs fuzzer of make check (tests/uverbs-fuzz-ferrdma.sh), longer and with a fresh seed
 # unless FUZZ_SEED replays one; about 1 s per 1000 commands under TCG plus a minute.

@@ -16,6 +16,13 @@ need_host_package() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null || die "apt-get install $2 failed"
 	command -v "$1" >/dev/null || die "$2 is installed but $1 is still not on PATH"
 }
+# sysroot_path PATH: PATH (under $FERRDMA_CACHE) as the sysroot sees it (/ferrdma/cache/...).
+sysroot_path() {
+	case $1 in
+	"$FERRDMA_CACHE"/*) echo "/ferrdma/cache/${1#"$FERRDMA_CACHE"/}" ;;
+	*) die "$1 is not under $FERRDMA_CACHE, which is all the sysroot sees of the host's files" ;;
+	esac
+}
 need_root() {
 	[ "$(id -u)" = 0 ] || die "this step needs root (mmdebstrap, chroot and bind mounts): run it with sudo"
 }

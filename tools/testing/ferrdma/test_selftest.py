@@ -19,6 +19,9 @@ import manifest  # noqa: E402
 import splat  # noqa: E402
 import vmharness  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+import report  # noqa: E402
+
 
 class SplatTest(unittest.TestCase):
     """Every documented splat kind is caught, and ordinary boot/driver lines are not."""
@@ -945,6 +948,92 @@ class HangReportTest(unittest.TestCase):
 
     def test_no_report(self):
         self.assertEqual(vmharness.hang_summary("", 1), ["no hang report from the guest"])
+
+
+class BenchReportTest(unittest.TestCase):
+    """bench/report.py: rows to figures, the table, the targets, bad rows."""
+
+    HEADER = "scope,device,tool,size,rep,metric,value\n"
+
+    def rows(self, text):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.csv")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(self.HEADER + text)
+            return report.read_rows([path])
+
+    def test_median_spread_ratios_and_targets(self):
+        rows = self.rows(
+            "two-vms,ferrdma,ib_write_bw,65536,1,MiBps,2000\n"
+            "two-vms,ferrdma,ib_write_bw,65536,2,MiBps,2200\n"
+            "two-vms,ferrdma,ib_write_bw,65536,3,MiBps,2100\n"
+            "two-vms,rxe,ib_write_bw,65536,1,MiBps,2\n"
+            "two-vms,ferrdma,ib_write_bw,1048576,1,MiBps,3000\n"
+            "two-vms,ferrdma,ib_send_lat,2,1,median_us,20\n"
+            "two-vms,rxe,ib_send_lat,2,1,median_us,10000\n"
+            "host,host,memcpy,268435456,1,MiBps,10000\n")
+        figs = report.figures(rows)
+        f = figs[report.Key("two-vms", "ferrdma", "ib_write_bw", 65536, "MiBps")]
+        self.assertEqual(f.median, 2100)
+        self.assertEqual(f.text(), "2100 (2000..2200)")
+        table = "\n".join(report.table(figs))
+        self.assertRegex(table, r"two-vms +ib_write_bw 64 KiB MiB/s +2100 \(2000\.\.2200\) +2\.0 +1050x +0\.21x")
+        self.assertRegex(table, r"ib_send_lat 2 B median us +20\.0 +10000 +0\.002x")
+        t = "\n".join(report.targets(figs))
+        self.assertIn("met      two-VM ib_write_bw 64 KiB >= 2 GiB/s: 2.05 GiB/s", t)
+        self.assertIn("met      two-VM ib_write_bw 1 MiB >= 25% of memcpy: 30%", t)
+        self.assertIn("met      two-VM ib_send_lat 2 B median <= 0.2x rxe's: 0.0020x", t)
+        self.assertIn("met      two-VM ib_write_bw 64 KiB >= 100x rxe: 1050x", t)
+
+    def test_a_target_missed_says_so(self):
+        figs = report.figures(self.rows("two-vms,ferrdma,ib_write_bw,65536,1,MiBps,1000\n"))
+        self.assertIn("NOT met  two-VM ib_write_bw 64 KiB >= 2 GiB/s: 0.98 GiB/s",
+                      "\n".join(report.targets(figs)))
+
+    def test_a_bad_row_is_an_error(self):
+        for bad in ("two-vms,ferrdma,ib_write_bw,64k,1,MiBps,1\n",
+                    "two-vms,ferrdma,ib_write_bw,65536,1,MiBps,fast\n",
+                    "two-vms,ferrdma,ib_write_bw,65536,1,MiBps\n"):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                self.rows(bad)
+
+    def test_main_writes_the_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "in.csv")
+            with open(src, "w", encoding="utf-8") as f:
+                f.write(self.HEADER + "loopback,ferrdma,ib_write_bw,2,1,MiBps,1.5\n"
+                        "loopback,rxe,ib_write_bw,2,1,MiBps,0.5\n")
+            out = os.path.join(d, "out")
+            with open(os.devnull, "w", encoding="utf-8") as null:
+                saved, sys.stdout = sys.stdout, null
+                try:
+                    self.assertEqual(report.main([out, src]), 0)
+                finally:
+                    sys.stdout = saved
+            for name in ("bench.csv", "summary.csv", "bench.txt"):
+                self.assertTrue(os.path.getsize(os.path.join(out, name)) > 0, name)
+            with open(os.path.join(out, "summary.csv"), encoding="utf-8") as f:
+                self.assertIn("loopback,ferrdma,ib_write_bw,2,MiBps,1,1.5,1.5,1.5", f.read())
+
+    def test_plots_are_png_files(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("no matplotlib (the sysroot has it)")
+        rows = self.rows(
+            "two-vms,ferrdma,ib_write_bw,2,1,MiBps,0.5\n"
+            "two-vms,ferrdma,ib_write_bw,65536,1,MiBps,2000\n"
+            "two-vms,rxe,ib_write_bw,65536,1,MiBps,0\n"
+            "loopback,ferrdma,ib_send_lat,2,1,median_us,17\n"
+            "loopback,ferrdma,ib_send_lat,2,1,p99_us,170\n"
+            "loopback,rxe,ib_send_lat,2,1,median_us,600\n"
+            "host,host,memcpy,268435456,1,MiBps,10000\n")
+        with tempfile.TemporaryDirectory() as d:
+            made = report.plot(d, report.figures(rows))
+            self.assertEqual([os.path.basename(p) for p in made], ["bandwidth.png", "latency.png"])
+            for p in made:
+                with open(p, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", p)
 
 
 if __name__ == "__main__":

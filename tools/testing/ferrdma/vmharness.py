@@ -62,6 +62,11 @@ def node_mac(node: int) -> str:
     return f"52:54:00:fe:10:{node:02x}"
 
 
+def node_mac2(node: int) -> str:
+    """The MAC of a node's second virtio-net (Config.rxe_lan)."""
+    return f"52:54:00:fe:20:{node:02x}"
+
+
 def node_ip(node: int) -> str:
     return f"{LAN_PREFIX}{node}"
 
@@ -293,6 +298,10 @@ class Config:
     # run captured 2.4 GB). Checked captures keep whole frames (the ICRC needs them).
     pcap_snaplen: int = dataclasses.field(
         default_factory=lambda: int(os.environ.get("FERRDMA_PCAP_SNAPLEN", "128")))
+    # Each VM gets a second virtio-net on the fabric, MAC node_mac2(node), for soft RoCE beside
+    # the ferrdma NIC: the fabric steers RoCEv2 frames to a NIC's MAC to its engine, so rxe
+    # needs a MAC of its own to run between VMs that have ferrdma NICs (make bench).
+    rxe_lan: bool = False
     mem_mb: int = 512
     smp: int = 2
     kunit: bool = True  # run the KUnit suites (built in at boot, ferrdma.ko's at insmod)
@@ -510,6 +519,10 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
     else:
         netdev = f"stream,id=lan,server=off,addr.type=unix,addr.path={lan_sock},reconnect-ms=500"
     argv += ["-netdev", netdev, "-device", f"virtio-net-pci,netdev=lan,mac={node_mac(node)}"]
+    if cfg.rxe_lan:
+        argv += ["-netdev", f"stream,id=lan2,server=off,addr.type=unix,"
+                            f"addr.path={lan_sock}.rxe,reconnect-ms=500",
+                 "-device", f"virtio-net-pci,netdev=lan2,mac={node_mac2(node)}"]
     if nic_sock is not None:
         if cfg.replug:
             argv += ["-device", f"pcie-root-port,id={NIC_ROOT_PORT},chassis=1,slot=1"]
@@ -893,6 +906,8 @@ def run(cfg: Config) -> RunResult:
     progress = cfg.on_progress or (lambda _msg: None)
     if cfg.vms not in (1, 2):
         raise HarnessError(f"--vms {cfg.vms}: only 1 or 2 VMs are supported")
+    if cfg.rxe_lan and not cfg.fabric:
+        raise HarnessError("a second LAN for rxe (rxe_lan) needs the fabric (FERRDMA_FABRIC=1)")
     if not in_sysroot():
         raise HarnessError("the VM harness must run inside the ferrdma sysroot "
                            "(scripts/in-sysroot.sh)")
@@ -972,6 +987,8 @@ def run(cfg: Config) -> RunResult:
                     argv += ["--pcap-snaplen", str(cfg.pcap_snaplen)]
                 for n in range(1, cfg.vms + 1):
                     argv += ["--lan", f"{lan_sock}.{n}"]
+                for n in range(1, cfg.vms + 1) if cfg.rxe_lan else ():
+                    argv += ["--lan", f"{lan_sock}.{n}.rxe"]
                 for n in range(1, cfg.vms + 1):
                     if has_nic(cfg, n):
                         argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),

@@ -2572,20 +2572,24 @@ fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
 /// fabric (no VMs, no guest CPU), one RC QP streaming 64 KiB RDMA WRITEs with 64 in flight,
 /// as ib_write_bw does, for each path MTU, with the capture on (128 bytes a frame, as the VM
 /// harness keeps) and off.
-/// Prints `fabric-bench:` lines; judges only that every WRITE completed and the last
-/// window's bytes arrived.
+/// Prints a `fabric-bench,` CSV row (bench/report.py's columns) per run: FERRDMA_FABRIC_BENCH_MIB
+/// (default 1024) MiB each, FERRDMA_FABRIC_BENCH_REPS (default 1) rounds. Judges only that
+/// every WRITE completed and the bytes arrived.
 #[test]
 #[ignore]
 fn fabric_bench_write_stream() {
     use crate::fabric::hub::Faults;
-    let total: u64 = std::env::var("FERRDMA_FABRIC_BENCH_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024)
-        << 20;
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let total = env("FERRDMA_FABRIC_BENCH_MIB", 1024) << 20;
+    let reps = env("FERRDMA_FABRIC_BENCH_REPS", 1);
     const MSG: u32 = 64 << 10;
     const DEPTH: usize = 64;
-    for (mtu, bytes) in [(3u8, 1024), (5, 4096)] {
+    for (rep, mtu, bytes) in (1..=reps).flat_map(|r| [(r, 3u8, 1024), (r, 5, 4096)]) {
         for pcap in [true, false] {
             let tag = format!("bench-{mtu}-{pcap}");
             let snaplen = pcap.then_some(128);
@@ -2636,10 +2640,9 @@ fn fabric_bench_write_stream() {
             drop(engines);
             assert!(b.h.read(b.dst.gpa, a.src.len as usize) == data);
             println!(
-                "fabric-bench: write 64KiB x{DEPTH} mtu {bytes} pcap {}: {:.0} MiB/s ({} MiB in {secs:.2} s)",
+                "fabric-bench,nic-level,ferrdma,fabric_write_x{DEPTH}_mtu{bytes}_pcap_{},{MSG},{rep},MiBps,{:.1}",
                 if pcap { "on" } else { "off" },
                 (total >> 20) as f64 / secs,
-                total >> 20,
             );
             drop(hub);
             let _ = std::fs::remove_dir_all(&dir);

@@ -1,48 +1,215 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 #
-# `make bench`, run in one VM by the harness: the same stock perftest runs on ferrdma0 and on
-# Linux's software RoCE (rxe0 on eth0), in the same VM and boot, so the numbers compare. Both
-# devices loop back between two processes of the VM (ferrdma through its NIC, rxe inside the
-# kernel). Prints one table; judges nothing (a benchmark, not a test) but fails if a run fails.
+# The VM part of `make bench` (scripts/bench.sh), in two VMs booted with --rxe-lan: each VM's
+# eth0 carries its ferrdma NIC's RoCE (the fabric steers UDP 4791 to the NIC engine), and a
+# second virtio-net on the same fabric, with a MAC of its own, carries soft RoCE (rxe0 on
+# eth1, 10.78.0.N), so ferrdma and rxe run on the same VMs in the same boot. Both LANs use
+# jumbo frames (MTU 9000), so both devices run at path MTU 4096.
 #
-# Two-VM numbers need rxe on a MAC of its own: on the shared-MAC LAN port the fabric steers
-# RoCEv2 frames to the ferrdma NIC engine, so rxe cannot run across VMs there.
-. "$FERRDMA_HARNESS/guest/events.sh"   # lib.sh, RXE_MODULES
-need_nic
+# For each device: stock perftest over loopback (both ends in node 1) and between the two
+# VMs (node 1 serving, node 2 the client), repeated $reps times:
+#   ib_write_bw, ib_read_bw, ib_send_bw over sizes 2 B .. 8 MiB (perftest -a),
+#   ib_write_bw with 8 QPs at 64 B (message rate),
+#   ib_send_lat, ib_write_lat, ib_read_lat at 2 B (median = perftest's "typical", p99),
+# and the RDMA CM connection rate (cmtime) between the VMs. The node that ran a client writes
+# its result rows to its $FERRDMA_RESULTS/bench.csv (the client's numbers: perftest's server
+# prints none for latency); the host's report.py turns both nodes' into the table, CSV and
+# plots.
+#
+# A benchmark, not a test: it judges nothing, but fails when a tool fails. "smoke" (make
+# check's bench-smoke) runs one of each kind, small and short (smoke_round).
+. "$FERRDMA_HARNESS/guest/lib.sh"
+. "$FERRDMA_HARNESS/guest/events.sh"   # RXE_MODULES
+mode=${1:-full}
+reps=${2:-3}
+case $mode in
+full | smoke) ;;
+*) fail "usage: bench.sh full|smoke [REPS]" ;;
+esac
 
+RXE_NET=10.78.0
+RXE_IP=$RXE_NET.$FERRDMA_NODE
+RXE_PEER_IP=$RXE_NET.$((3 - FERRDMA_NODE))
+PERFTEST_TIMEOUT=900
+PERFTEST_LOGS=/tmp/bench-logs
+csv=$FERRDMA_RESULTS/bench.csv
+
+# The rxe LAN: the virtio-net with the harness's second MAC (vmharness.node_mac2).
+rxe_mac=$(printf '52:54:00:fe:20:%02x' "$FERRDMA_NODE")
+rxe_if=
+for d in /sys/class/net/*; do
+	[ "$(cat "$d/address")" = "$rxe_mac" ] && rxe_if=${d##*/}
+done
+[ -n "$rxe_if" ] || fail "no interface has MAC $rxe_mac: boot with ferrdma-vm --rxe-lan"
+[ "$rxe_if" = eth1 ] || ip link set dev "$rxe_if" name eth1 || fail "renaming $rxe_if"
+ip link set eth0 mtu 9000 || fail "eth0: MTU 9000"
+ip link set eth1 mtu 9000 || fail "eth1: MTU 9000"
+ip addr add "$RXE_IP/24" dev eth1 || fail "eth1: address"
+ip link set eth1 up || fail "eth1 up"
+
+two_vms_up
+fgid=$gid
 load_kmods "${RXE_MODULES[@]}"
-rdma link add rxe0 type rxe netdev eth0 || fail "could not create rxe0"
-load_ferrdma
-wait_probe 1 >/dev/null
-fgid=$(wait_gid ferrdma0)
-rgid=$(wait_gid rxe0)
+rdma link add rxe0 type rxe netdev eth1 || fail "could not create rxe0"
+rgid=$(FERRDMA_IP=$RXE_IP wait_gid rxe0)
+ping_peer "$RXE_PEER_IP" 60
+for dev in ferrdma0 rxe0; do
+	mtu=$(ibv_devinfo -d "$dev" | awk '/active_mtu/ { print $2 }')
+	note "$dev: active_mtu $mtu"
+	[ "$mtu" = 4096 ] || fail "$dev: active_mtu $mtu, not 4096"
+done
+barrier bench-up 120
 
-results=/tmp/bench.txt
-: > "$results"
-# measure DEV GID TOOL ARGS...: one perftest run on loopback; appends its result row.
-measure() {
-	local dev=$1 gid=$2 tool=$3; shift 3
-	"$tool" -d "$dev" -x "$gid" "$@" > /tmp/server.log 2>&1 &
-	local pid=$!
-	wait_listen 18515
-	timeout 300 "$tool" -d "$dev" -x "$gid" "$@" 127.0.0.1 > /tmp/client.log 2>&1 \
-		|| { cat /tmp/client.log; fail "$dev: $tool $* failed"; }
-	wait "$pid" || { cat /tmp/server.log; fail "$dev: $tool $* failed (server)"; }
-	printf '%-9s %-12s %-16s %s\n' "$dev" "$tool" "$*" \
-		"$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' /tmp/client.log | tail -1 | tr -s ' \t' ' ')" >> "$results"
+# row SCOPE DEV TOOL SIZE REP METRIC VALUE: one result.
+row() {
+	echo "$1,$2,$3,$4,$5,$6,$7" >> "$csv"
 }
 
-for dev in ferrdma0 rxe0; do
-	gid=$fgid
-	[ "$dev" = rxe0 ] && gid=$rgid
-	measure "$dev" "$gid" ib_write_bw -s 65536 -n 2000
-	measure "$dev" "$gid" ib_read_bw -s 65536 -n 2000
-	measure "$dev" "$gid" ib_send_bw -s 4096 -n 5000
-	measure "$dev" "$gid" ib_send_lat -s 64 -n 2000
-	measure "$dev" "$gid" ib_write_lat -s 64 -n 2000
+# rows_of LOG SCOPE DEV TOOL LABEL REP: the result rows of a perftest client log, under
+# LABEL: bandwidth tools print "bytes iterations peak avg msgrate" per size, latency tools
+# "bytes iterations min max typical avg stdev p99 p99.9".
+rows_of() {
+	local log=$1 scope=$2 dev=$3 tool=$4 label=$5 rep=$6 n=0 a line
+	while read -r line; do
+		# perftest's "Correlation coefficient r^2 below 0.9" (its CPU clock estimate failed)
+		# can land inside a row, and a row measured with the failed estimate reads 0: such
+		# rows are left out (noted), so a figure may have fewer repetitions than asked for.
+		if ! [[ $line =~ ^[0-9]+( +[0-9]+(\.[0-9]+)?)+$ ]] || [[ $line =~ ^[0-9]+\ +[0-9]+\ +0\.0+\  ]]; then
+			note "bench: $scope $dev $label rep $rep: row left out: $line"
+			continue
+		fi
+		read -r -a a <<< "$line"
+		case $tool in
+		*_bw)
+			[ "${#a[@]}" -ge 5 ] || continue
+			row "$scope" "$dev" "$label" "${a[0]}" "$rep" MiBps "${a[3]}"
+			row "$scope" "$dev" "$label" "${a[0]}" "$rep" Mpps "${a[4]}"
+			;;
+		*_lat)
+			[ "${#a[@]}" -ge 9 ] || continue
+			row "$scope" "$dev" "$label" "${a[0]}" "$rep" median_us "${a[4]}"
+			row "$scope" "$dev" "$label" "${a[0]}" "$rep" p99_us "${a[7]}"
+			;;
+		esac
+		n=$((n + 1))
+	done < <(grep -E '^ +[0-9]+ +[0-9]+ +[0-9.]+' "$log" | sed -E 's/^ +//; s/[ \t]+/ /g; s/ $//')
+	[ "$n" -gt 0 ] || { cat "$log" >&2; fail "$scope $dev $tool: no result rows"; }
+}
+
+# Iterations: rxe moves ~2 MiB/s under TCG, so it gets fewer (perftest's minimum is 5).
+iters() {
+	local dev=$1 kind=$2
+	case $mode/$dev/$kind in
+	smoke/*/lat) echo 20 ;;
+	smoke/*/rate) echo 100 ;;
+	smoke/*) echo 5 ;;
+	full/ferrdma0/sweep) echo 1000 ;;
+	full/rxe0/sweep) echo 5 ;;
+	full/ferrdma0/rate) echo 20000 ;;
+	full/rxe0/rate) echo 200 ;;
+	full/ferrdma0/lat) echo 2000 ;;
+	full/rxe0/lat) echo 200 ;;
+	esac
+}
+
+# measure SCOPE DEV GID REP NAME TOOL ARGS...: one run in SCOPE (loopback: node 1 alone while
+# node 2 waits; two-vms: node 1 serves, node 2 connects) and the client's result rows.
+measure() {
+	local scope=$1 dev=$2 g=$3 rep=$4 label=$5 tool=$6 peer=$FERRDMA_PEER_IP name
+	shift 6
+	[ "$dev" = rxe0 ] && peer=$RXE_PEER_IP
+	name=$scope-$dev-$label-$rep
+	[ "$FERRDMA_NODE" = 1 ] && note "bench: $name: $tool $*"
+	if [ "$scope" = loopback ]; then
+		if [ "$FERRDMA_NODE" = 1 ]; then
+			# Both ends here: perftest_pair as in a one-VM run (it repeats a run once whose
+			# clock calibration failed, announced).
+			FERRDMA_NVMS=1 perftest_pair "$name" 1 127.0.0.1 "$tool" -d "$dev" -x "$g" -F "$@"
+			rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"
+		fi
+		barrier "$name-done" "$PERFTEST_TIMEOUT"
+	else
+		perftest_pair "$name" 1 "$peer" "$tool" -d "$dev" -x "$g" -F "$@"
+		[ "$FERRDMA_NODE" = 1 ] ||
+			rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"
+	fi
+}
+
+# cm_rate DEV REP: cmtime between the VMs over DEV's addresses (node 1 serving); node 2 keeps
+# the connection rate of the first round (with QPs): connections / full-connect seconds.
+cm_rate() {
+	local dev=$1 rep=$2 sa=$FERRDMA_IP peer=$FERRDMA_PEER_IP conns=200 port=7400 spid us end
+	[ "$dev" = rxe0 ] && sa=$RXE_IP peer=$RXE_PEER_IP
+	[ "$mode" = smoke ] && conns=10
+	local log=$PERFTEST_LOGS/cmtime-$dev-$rep
+	mkdir -p "$PERFTEST_LOGS"
+	if [ "$FERRDMA_NODE" = 1 ]; then
+		timeout 600 cmtime -b "$sa" -p "$port" -c "$conns" -q 3000 > "$log.server" 2>&1 &
+		spid=$!
+		# Listening shows as an rdma_cm id in state LISTEN on the port.
+		end=$((SECONDS + 60))
+		until rdma res show cm_id 2>/dev/null | grep -q "LISTEN.*:$port "; do
+			[ "$SECONDS" -lt "$end" ] || { rdma res show cm_id; fail "cmtime on $dev does not listen"; }
+			nap 0.1
+		done
+	fi
+	barrier "cm-$dev-$rep-listening" 90
+	if [ "$FERRDMA_NODE" = 2 ]; then
+		timeout 600 cmtime -s "$peer" -p "$port" -c "$conns" -q 1000 > "$log.client" 2>&1 ||
+			{ cat "$log.client" >&2; fail "cmtime on $dev failed"; }
+		# "full connect" of the first round (with QPs), its total(us) column (the fourth:
+		# "step avg/iter total(us) us/conn sum(us) max(us) min(us)").
+		us=$(awk '/^step / { t++ } t == 1 && /^full connect / { print $4; exit }' "$log.client")
+		[ "${us:-0}" -gt 0 ] || { cat "$log.client" >&2; fail "cmtime on $dev: no full connect time"; }
+		row two-vms "${dev%0}" cmtime "$conns" "$rep" conn_per_s \
+			"$(awk -v c="$conns" -v us="$us" 'BEGIN { printf "%.1f", c * 1e6 / us }')"
+	fi
+	barrier "cm-$dev-$rep-done" 660
+	if [ "$FERRDMA_NODE" = 1 ]; then
+		wait "$spid" || { cat "$log.server" >&2; fail "cmtime server on $dev failed"; }
+	fi
+}
+
+# full_round DEV GID REP: everything on DEV, loopback then between the VMs.
+full_round() {
+	local dev=$1 g=$2 rep=$3 scope tool
+	for scope in loopback two-vms; do
+		for tool in ib_write_bw ib_read_bw ib_send_bw; do
+			measure "$scope" "$dev" "$g" "$rep" "$tool" "$tool" -a -n "$(iters "$dev" sweep)"
+		done
+		measure "$scope" "$dev" "$g" "$rep" ib_write_bw_8qp ib_write_bw -s 64 -q 8 \
+			-n "$(iters "$dev" rate)"
+		for tool in ib_send_lat ib_write_lat ib_read_lat; do
+			measure "$scope" "$dev" "$g" "$rep" "$tool" "$tool" -s 2 -n "$(iters "$dev" lat)"
+		done
+	done
+	cm_rate "$dev" "$rep"
+}
+
+# smoke_round DEV GID: one run of each kind (loopback, two VMs, bandwidth, message rate,
+# latency, CM), small and short, so that make check keeps every part of the bench working.
+smoke_round() {
+	local dev=$1 g=$2
+	measure loopback "$dev" "$g" 1 ib_write_bw ib_write_bw -s 65536 -n "$(iters "$dev" sweep)"
+	measure two-vms "$dev" "$g" 1 ib_read_bw ib_read_bw -s 65536 -n "$(iters "$dev" sweep)"
+	measure two-vms "$dev" "$g" 1 ib_write_bw_8qp ib_write_bw -s 64 -q 8 -n "$(iters "$dev" rate)"
+	measure two-vms "$dev" "$g" 1 ib_send_lat ib_send_lat -s 2 -n "$(iters "$dev" lat)"
+	cm_rate "$dev" 1
+}
+
+echo "scope,device,tool,size,rep,metric,value" > "$csv"
+note "bench: $mode, $reps repetition(s), $(nproc) vCPUs per VM, accel ${FERRDMA_ACCEL:-?}"
+for rep in $(seq 1 "$reps"); do
+	for dev in ferrdma0 rxe0; do
+		g=$fgid
+		[ "$dev" = rxe0 ] && g=$rgid
+		if [ "$mode" = smoke ]; then
+			smoke_round "$dev" "$g"
+		else
+			full_round "$dev" "$g" "$rep"
+		fi
+	done
 done
-echo "bench: 1 VM, $(nproc) vCPUs, accel ${FERRDMA_ACCEL:?the harness names the accelerator}; bw rows: bytes iters peak-MiB/s avg-MiB/s Mpps; lat rows: bytes iters min max typical avg stdev p99 p99.9 (usec)"
-sed 's/^/bench: /' "$results"
 rdma link delete rxe0
 unload_ferrdma
