@@ -12,7 +12,7 @@
 #   ib_write_bw, ib_read_bw, ib_send_bw over sizes 2 B .. 8 MiB (perftest -a),
 #   ib_write_bw with 8 QPs at 64 B (message rate),
 #   ib_send_lat, ib_write_lat, ib_read_lat at 2 B (median = perftest's "typical", p99),
-# and the RDMA CM connection rate (cmtime) between the VMs. The node that ran a client writes
+# the RDMA CM connection rate (cmtime) and NVMe-oF with fio (nvmeof_rate) between the VMs. The node that ran a client writes
 # its result rows to its $FERRDMA_RESULTS/bench.csv (the client's numbers: perftest's server
 # prints none for latency); the host's report.py turns both nodes' into the table, CSV and
 # plots.
@@ -20,7 +20,7 @@
 # A benchmark, not a test: it judges nothing, but fails when a tool fails. "smoke" (make
 # check's bench-smoke) runs one of each kind, small and short (smoke_round).
 . "$FERRDMA_HARNESS/guest/lib.sh"
-. "$FERRDMA_HARNESS/guest/events.sh"   # RXE_MODULES
+. "$FERRDMA_HARNESS/guest/nvmeof.sh"   # guest/events.sh (RXE_MODULES), nvmeof_*
 mode=${1:-full}
 reps=${2:-3}
 case $mode in
@@ -32,6 +32,8 @@ RXE_NET=10.78.0
 RXE_IP=$RXE_NET.$FERRDMA_NODE
 RXE_PEER_IP=$RXE_NET.$((3 - FERRDMA_NODE))
 PERFTEST_TIMEOUT=900
+FIO_SECONDS=10
+[ "$mode" = smoke ] && FIO_SECONDS=1
 PERFTEST_LOGS=/tmp/bench-logs
 csv=$FERRDMA_RESULTS/bench.csv
 
@@ -43,6 +45,12 @@ for d in /sys/class/net/*; do
 done
 [ -n "$rxe_if" ] || fail "no interface has MAC $rxe_mac: boot with ferrdma-vm --rxe-lan"
 [ "$rxe_if" = eth1 ] || ip link set dev "$rxe_if" name eth1 || fail "renaming $rxe_if"
+# Both LANs are one Ethernet segment (one fabric switch): without these, eth1 answers ARP for
+# eth0's address too ("ARP flux"), the peer's neighbour entry for 10.77.0.N may take eth1's
+# MAC, and ferrdma's RoCE to that address goes to the rxe interface (seen: READ responses to
+# 52:54:00:fe:20:02, the requester's retries exhausted).
+sysctl -qw net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.all.arp_announce=2 ||
+	fail "setting arp_ignore/arp_announce"
 ip link set eth0 mtu 9000 || fail "eth0: MTU 9000"
 ip link set eth1 mtu 9000 || fail "eth1: MTU 9000"
 ip addr add "$RXE_IP/24" dev eth1 || fail "eth1: address"
@@ -171,6 +179,45 @@ cm_rate() {
 	fi
 }
 
+# fio_figure JSON iops|bw: the read IOPS, or the read bandwidth in MiB/s (fio's "bw" is KiB/s).
+fio_figure() {
+	python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["jobs"][0]["read"]
+print(f"{r['iops']:.1f}" if sys.argv[2] == "iops" else f"{r['bw'] / 1024:.1f}")
+PY
+}
+
+# nvmeof_rate DEV REP: NVMe-oF over DEV between the VMs (guest/nvmeof.sh: node 1 the target,
+# a 64 MiB file on tmpfs, at DEV's address; node 2 the host), fio on the namespace: 4 KiB
+# random reads at queue depth 16 (IOPS) and 1 MiB sequential reads at depth 4 (bandwidth),
+# FIO_SECONDS each, on node 2 (unwritten blocks read as zeros, moved like any others).
+nvmeof_rate() {
+	local dev=$1 rep=$2 ip=$FERRDMA_IP peer=$FERRDMA_PEER_IP secs=$FIO_SECONDS job out
+	[ "$dev" = rxe0 ] && ip=$RXE_IP peer=$RXE_PEER_IP
+	if [ "$FERRDMA_NODE" = 1 ]; then
+		nvmeof_target_up "$ip"
+		barrier "nvmeof-$dev-$rep-up" 180
+		barrier "nvmeof-$dev-$rep-done" $((4 * secs + 300))
+		nvmeof_target_down
+	else
+		barrier "nvmeof-$dev-$rep-up" 180
+		nvmeof_connect "$peer"
+		for job in "randread 4k 16 IOPS iops" "read 1M 4 MiBps bw"; do
+			set -- $job
+			out=$PERFTEST_LOGS/fio-$dev-$1-$rep.json
+			timeout $((secs + 120)) fio --name=bench --filename="$NVMEOF_DEV" --direct=1 \
+				--ioengine=libaio --rw="$1" --bs="$2" --iodepth="$3" --runtime="$secs" \
+				--time_based --output-format=json > "$out" 2> "$out.err" ||
+				{ cat "$out" "$out.err" >&2; fail "fio $1 $2 on NVMe-oF over $dev failed"; }
+			row two-vms "${dev%0}" "nvmeof_fio_$1" "$(numfmt --from=iec "${2^^}")" "$rep" "$4" \
+				"$(fio_figure "$out" "$5")"
+		done
+		nvmeof_disconnect
+		barrier "nvmeof-$dev-$rep-done" $((4 * secs + 300))
+	fi
+}
+
 # full_round DEV GID REP: everything on DEV, loopback then between the VMs.
 full_round() {
 	local dev=$1 g=$2 rep=$3 scope tool
@@ -185,6 +232,7 @@ full_round() {
 		done
 	done
 	cm_rate "$dev" "$rep"
+	nvmeof_rate "$dev" "$rep"
 }
 
 # smoke_round DEV GID: one run of each kind (loopback, two VMs, bandwidth, message rate,
@@ -196,6 +244,7 @@ smoke_round() {
 	measure two-vms "$dev" "$g" 1 ib_write_bw_8qp ib_write_bw -s 64 -q 8 -n "$(iters "$dev" rate)"
 	measure two-vms "$dev" "$g" 1 ib_send_lat ib_send_lat -s 2 -n "$(iters "$dev" lat)"
 	cm_rate "$dev" 1
+	nvmeof_rate "$dev" 1
 }
 
 echo "scope,device,tool,size,rep,metric,value" > "$csv"

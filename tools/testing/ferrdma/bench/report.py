@@ -130,6 +130,8 @@ def table(figs: dict[Key, Figure]) -> list[str]:
     for k in sorted((k for k in figs if k.tool == "cmtime" and k.device == "ferrdma"),
                     key=lambda k: k.size):
         line(k.scope, f"cmtime {k.size} conns/s", "cmtime", k.size, "conn_per_s")
+    line("two-vms", "NVMe-oF 4 KiB randread IOPS", "nvmeof_fio_randread", 4096, "IOPS")
+    line("two-vms", "NVMe-oF 1 MiB read MiB/s", "nvmeof_fio_read", 1 << 20, "MiBps", True)
     if memcpy:
         lines.append(f"{'host':9} {'memcpy 256 MiB MiB/s':28} {memcpy.text():>24}")
     for k in sorted((k for k in figs if k.scope == "nic-level"), key=lambda k: k.tool):

@@ -4,7 +4,9 @@
 set -euo pipefail
 . "$FERRDMA_HARNESS/guest/lib.sh"
 me="vm$FERRDMA_NODE"
-echo "$me: $(uname -r), LAN $FERRDMA_IP${FERRDMA_PEER_IP:+, peer $FERRDMA_PEER_IP}"
+# Jumbo frames on the LAN, so RoCE between the VMs runs at path MTU 4096 (as make bench).
+ip link set eth0 mtu 9000
+echo "$me: $(uname -r), LAN $FERRDMA_IP${FERRDMA_PEER_IP:+, peer $FERRDMA_PEER_IP}, MTU 9000"
 echo "$me: ferrdma PCI function: $(lspci -nn -d 1234:fe10)"
 insmod "$FERRDMA_KO"
 dmesg | grep -E 'ferrdma .*: (probe ok|probe)' | sed "s/^/$me: dmesg: /"

@@ -4,7 +4,7 @@
 #
 # make bench's smoke, so that the benchmark cannot rot: bench/bench.sh smoke (one run of each
 # kind on ferrdma0 and on rxe0 on its second LAN: loopback and two-VM bandwidth, message rate,
-# latency, cmtime; both LANs at MTU 9000, both devices at active_mtu 4096), then bench/report.py
+# latency, cmtime, NVMe-oF with fio; both LANs at MTU 9000, both devices at active_mtu 4096), then bench/report.py
 # --no-plots on this node's rows: every figure this node measured is in the table for both
 # devices and positive (the plots are drawn by the harness's selftests: matplotlib takes a
 # minute in a TCG guest). Judges no speed (a benchmark's figures are not a test's). bench.sh removes rxe0 and unloads ferrdma at its end (the driver WARNs if an object
@@ -20,7 +20,8 @@ if [ "$FERRDMA_NODE" = 1 ]; then
 else
 	want=("two-vms   ib_read_bw 64 KiB MiB/s" "two-vms   ib_write_bw 8 QPs 64 B Mpps"
 		"two-vms   ib_send_lat 2 B median us" "two-vms   ib_send_lat 2 B p99 us"
-		"two-vms   cmtime 10 conns/s")
+		"two-vms   cmtime 10 conns/s" "two-vms   NVMe-oF 4 KiB randread IOPS"
+		"two-vms   NVMe-oF 1 MiB read MiB/s")
 fi
 for w in "${want[@]}"; do
 	# The figure, then ferrdma's and rxe's medians (one repetition: plain numbers).
