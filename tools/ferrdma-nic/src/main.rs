@@ -206,6 +206,7 @@ fn main() -> ExitCode {
     // each NIC gets a bounded inbound queue the switch feeds.
     let lan_files;
     let mut control_file = None;
+    let hub_control;
     let mut links: Vec<Option<FabricLink>> = (0..nics).map(|_| None).collect();
     let macs: Vec<[u8; 6]> = (0..nics)
         .map(|i| cli.macs.get(i).copied().unwrap_or_else(|| default_mac(i)))
@@ -256,6 +257,7 @@ fn main() -> ExitCode {
                     control_file = Some(Arc::new(file));
                 }
                 lan_files = hub.sockets;
+                hub_control = hub.control;
                 for ((link, rx), port) in links.iter_mut().zip(inbound).zip(hub.engine_ports) {
                     *link = Some(FabricLink { inbound: rx, port });
                 }
@@ -318,6 +320,8 @@ fn main() -> ExitCode {
         match rx.recv() {
             Ok(Event::Signal(sig)) => {
                 log::info!("signal {sig}: shutting down");
+                // The process exits without unwinding: write out the capture's buffer.
+                hub_control.flush_capture();
                 files.iter().for_each(|f| f.remove());
                 // Serving threads may be blocked in accept/recv; exiting ends them.
                 return if failed {
@@ -337,6 +341,7 @@ fn main() -> ExitCode {
             Err(_) => break,
         }
     }
+    hub_control.flush_capture();
     // Fabric threads hold references to the LAN socket files: remove them explicitly.
     files.iter().for_each(|f| f.remove());
     if failed {

@@ -4,9 +4,9 @@
 //! for every client message (through [`SharedDevice`], its `ServerBackend`); the engine
 //! thread ([`spawn_engine`]) locks it to deliver RoCE frames from the fabric and to run the
 //! transport timers. Frames the engine emits go to the fabric through the device's sink
-//! while the lock is held: the sink may block on the fabric's bounded switch queue, but the
-//! switch thread never waits for a NIC (it drops frames to a full engine queue), so there is
-//! no lock cycle.
+//! while the lock is held: the sink switches them under the fabric's lock, which is never
+//! held while waiting for a NIC (frames to a full engine queue are dropped), so there is no
+//! lock cycle.
 //!
 //! The engine thread sleeps until a frame arrives or the engine's next deadline, and at
 //! most [`IDLE_POLL`] (a timer armed by a doorbell on the server thread is picked up by

@@ -26,7 +26,7 @@
 //! Every reply ends with a line `ok` or `error: MESSAGE`; `stats` and `help` send their
 //! lines before the `ok`. A bad request gets an error reply and the connection stays open;
 //! blank lines are ignored. Nothing a client sends can panic the process: lines are bounded,
-//! parsing returns errors, and the switch thread applies only parsed commands.
+//! parsing returns errors, and the switch applies only parsed commands.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -45,7 +45,7 @@ pub const MAX_LINE: usize = 1024;
 pub const MAX_LINK_PORTS: usize = 16;
 /// Concurrent control connections; more are refused.
 pub const MAX_CLIENTS: usize = 8;
-/// How long a request waits for the switch thread.
+/// How long a request may wait for the switch.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A port of the fabric as the control protocol names it.

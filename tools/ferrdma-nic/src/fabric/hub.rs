@@ -1,22 +1,28 @@
 //! The running fabric: listening unix sockets that QEMU's `-netdev stream` connects to as a
-//! client, one switch thread, and pcap capture.
+//! client, the switch, pcap capture and fault injection.
 //!
-//! Threads: an acceptor per listening socket; per connection a reader (decodes the stream
-//! and hands frames to the switch through one bounded queue, so a fast sender is slowed
-//! down rather than buffered without limit) and a writer (drains a bounded per-port queue;
-//! when it is full, frames to that port are dropped and counted, as a congested switch
-//! port would). The switch thread owns the `Switch`, the port queues and the pcap file.
+//! The switch is shared ([`Core`], behind one mutex): the threads that bring frames switch
+//! them themselves — a NIC's engine (or its vfio-user server thread, after a doorbell) the
+//! burst one engine step emitted, a LAN connection's reader what one read decoded — and
+//! queue them to the destination ports. So a frame between two NICs crosses no thread of
+//! the fabric's own (a switch thread cost a wake-up per burst and a fifth of the CPU of a
+//! two-NIC stream). One timer thread releases frames a fault link delayed and flushes the
+//! capture at most [`FLUSH_DELAY`] after its oldest unwritten frame (a write system call per
+//! frame cost half the switching time under load); a control request and the process's
+//! shutdown flush it too.
+//!
+//! Per LAN connection a reader (decodes the stream, switches) and a writer (drains a bounded
+//! per-port queue; when it is full, frames to that port are dropped and counted, as a
+//! congested switch port would).
 //!
 //! With `--fault` (`--nic-fault`), frames to the ports of a LAN socket (to a NIC's engine)
-//! pass through a `fault::Link` first
-//! (seeded by `--fault-seed` and the port id, so a run with the same connection order is
-//! reproducible); delayed frames are released by the switch thread's timer.
+//! pass through a `fault::Link` first (seeded by `--fault-seed` and the port id, so a run
+//! with the same connection order is reproducible).
 //!
-//! RoCE engine ports: each NIC MAC gets an engine port. Frames the switch steers to it go to
-//! that NIC's bounded inbound queue with `try_send` (a full queue drops the frame, as a
-//! congested port would; RC recovers it), so the switch thread never waits for a NIC. A
-//! NIC sends through its [`EnginePort`], which blocks while the switch queue is full: the
-//! NIC's engine is slowed down rather than its frames dropped.
+//! RoCE engine ports: each NIC MAC gets an engine port. Frames switched to it go to that
+//! NIC's bounded inbound queue with `try_send` (a full queue drops the frame, as a congested
+//! port would; RC recovers it), so switching never waits for a NIC, and a NIC's lock is
+//! never taken under the switch's: there is no lock cycle.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -26,7 +32,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -42,11 +48,8 @@ use crate::vfio::socket::{bind, ServeError, SocketFile};
 
 /// Frames queued towards one port before further ones are dropped.
 const PORT_QUEUE: usize = 256;
-/// Bursts queued from all readers and engines towards the switch: at most 64 frames each
-/// from an engine ([`BURST`]), at most one read buffer (64 KiB) from a LAN connection.
-const SWITCH_QUEUE: usize = 64;
-/// Frames an engine hands over in one event.
-const BURST: usize = 64;
+/// Longest a captured frame waits in the capture's buffer before the file has it.
+pub const FLUSH_DELAY: Duration = Duration::from_millis(20);
 /// Concurrent LAN connections over all sockets; more are refused (each costs two threads).
 const MAX_CONNECTIONS: usize = 64;
 /// Bytes of capture buffered between flushes (the switch flushes when it runs out of work).
@@ -67,17 +70,6 @@ pub enum HubError {
     Spawn(std::io::Error),
 }
 
-enum Event {
-    /// A port connected on the LAN socket with this index.
-    Join(PortId, usize, SyncSender<Vec<u8>>),
-    /// Frames a port sent, in order: a NIC engine's burst, or what one read of a LAN
-    /// connection decoded (one event each, so the switch thread is woken once per burst).
-    Frames(PortId, Vec<Vec<u8>>),
-    Gone(PortId),
-    /// A control request (`control.rs`), answered on the channel.
-    Control(Command, SyncSender<Reply>),
-}
-
 /// A started fabric. Dropping it does not stop the threads (the process exit does); the
 /// socket files are removed when the last `Arc<SocketFile>` goes.
 pub struct Hub {
@@ -88,10 +80,43 @@ pub struct Hub {
     pub control: HubControl,
 }
 
+/// The switch and the capture, shared by every thread that brings frames, and the timer
+/// thread's doorbell (rung when it must plan its sleep again).
+#[derive(Clone)]
+struct Shared {
+    core: Arc<Mutex<Core>>,
+    wake: SyncSender<()>,
+}
+
+impl Shared {
+    /// The core; a panic on another thread while it was locked leaves it usable (every step
+    /// under the lock leaves it consistent).
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    /// Switches `frames` from `port`, in order.
+    fn switch(&self, port: PortId, frames: Vec<Vec<u8>>) {
+        if frames.is_empty() {
+            return;
+        }
+        if self.lock().switch_burst(port, frames) {
+            let _ = self.wake.try_send(());
+        }
+    }
+}
+
+fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
+    match core.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 /// The running switch's control handle (see `control.rs` for the commands).
 #[derive(Clone)]
 pub struct HubControl {
-    tx: SyncSender<Event>,
+    shared: Shared,
     lans: usize,
     nics: usize,
     /// Each NIC's test-only WRITE corruption knob (shared with its engine through its
@@ -99,8 +124,18 @@ pub struct HubControl {
     sabotage: Vec<Arc<Sabotage>>,
 }
 
+impl HubControl {
+    /// Writes out what the capture holds (at shutdown: the process exits without unwinding).
+    pub fn flush_capture(&self) {
+        self.shared.lock().flush();
+    }
+}
+
 impl control::Apply for HubControl {
-    fn apply(&self, cmd: Command, timeout: Duration) -> Reply {
+    /// Applies `cmd` under the switch's lock, which every holder keeps for one burst at
+    /// most, so `_timeout` is never reached; the capture is flushed, so whoever asks (say,
+    /// for `stats`) finds every frame switched so far in the file.
+    fn apply(&self, cmd: Command, _timeout: Duration) -> Reply {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
             Command::Fault { port, .. } => std::slice::from_ref(port),
@@ -150,25 +185,15 @@ impl control::Apply for HubControl {
                 _ => {}
             }
         }
-        let (rtx, rrx) = sync_channel(1);
-        // The switch queue may be full: wait, but not forever.
-        let deadline = Instant::now() + timeout;
-        let mut ev = Event::Control(cmd, rtx);
-        loop {
-            match self.tx.try_send(ev) {
-                Ok(()) => break,
-                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
-                    ev = back;
-                    thread::sleep(Duration::from_millis(5));
-                }
-                Err(TrySendError::Full(_)) => return Err("the switch is busy".into()),
-                Err(TrySendError::Disconnected(_)) => return Err("the switch is gone".into()),
-            }
-        }
-        match rrx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(r) => r,
-            Err(_) => Err("the switch did not answer".into()),
-        }
+        let reply = {
+            let mut core = self.shared.lock();
+            let reply = core.st.control(cmd);
+            core.flush();
+            reply
+        };
+        // Links may have changed: the timer thread plans its sleep again.
+        let _ = self.shared.wake.try_send(());
+        reply
     }
 }
 
@@ -176,7 +201,7 @@ impl control::Apply for HubControl {
 #[derive(Clone)]
 pub struct EnginePort {
     port: PortId,
-    tx: SyncSender<Event>,
+    shared: Shared,
     sabotage: Arc<Sabotage>,
 }
 
@@ -186,16 +211,9 @@ impl EnginePort {
         Arc::clone(&self.sabotage)
     }
 
-    /// Hands frames to the switch (blocks while the switch queue is full).
-    pub fn send(&self, mut frames: Vec<Vec<u8>>) {
-        while !frames.is_empty() {
-            let rest = frames.split_off(frames.len().min(BURST));
-            if self.tx.send(Event::Frames(self.port, frames)).is_err() {
-                log::debug!("engine port {}: the switch is gone", self.port);
-                return;
-            }
-            frames = rest;
-        }
+    /// Switches what one engine step emitted (on the caller's thread).
+    pub fn send(&self, frames: Vec<Vec<u8>>) {
+        self.shared.switch(self.port, frames);
     }
 }
 
@@ -238,37 +256,41 @@ impl Hub {
         };
         let sockets = bound.iter().map(|(_, f)| Arc::clone(f)).collect();
 
-        let (tx, rx) = sync_channel(SWITCH_QUEUE);
         let next_port = Arc::new(AtomicUsize::new(nics.len()));
         let live = Arc::new(AtomicUsize::new(0));
         let sabotage: Vec<Arc<Sabotage>> = nics.iter().map(|_| Arc::default()).collect();
-        let engine_ports = (0..nics.len())
-            .map(|port| EnginePort {
-                port,
-                tx: tx.clone(),
-                sabotage: Arc::clone(&sabotage[port]),
-            })
-            .collect();
-        let control = HubControl {
-            tx: tx.clone(),
-            lans: lans.len(),
-            nics: nics.len(),
-            sabotage,
-        };
+        let nic_count = nics.len();
         let engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)> = nics
             .into_iter()
             .zip(0..)
             .map(|(n, p)| (n.mac, p, n.inbound))
             .collect();
-        spawn("fabric-switch", move || {
-            run_switch(rx, pcap, engines, faults)
-        })?;
+        let (wake, wakeups) = sync_channel(1);
+        let core = Arc::new(Mutex::new(Core::new(pcap, engines, &faults)));
+        let shared = Shared {
+            core: Arc::clone(&core),
+            wake,
+        };
+        let engine_ports = (0..nic_count)
+            .map(|port| EnginePort {
+                port,
+                shared: shared.clone(),
+                sabotage: Arc::clone(&sabotage[port]),
+            })
+            .collect();
+        let control = HubControl {
+            shared: shared.clone(),
+            lans: lans.len(),
+            nics: nic_count,
+            sabotage,
+        };
+        spawn("fabric-timer", move || run_timer(&core, &wakeups))?;
         for (lan, (listener, file)) in bound.into_iter().enumerate() {
-            let tx = tx.clone();
+            let shared = shared.clone();
             let next_port = Arc::clone(&next_port);
             let live = Arc::clone(&live);
             spawn("fabric-accept", move || {
-                accept_loop(lan, listener, &file, tx, &next_port, &live)
+                accept_loop(lan, listener, &file, &shared, &next_port, &live)
             })?;
         }
         Ok(Hub {
@@ -300,7 +322,7 @@ fn accept_loop(
     lan: usize,
     listener: UnixListener,
     file: &SocketFile,
-    tx: SyncSender<Event>,
+    shared: &Shared,
     next_port: &AtomicUsize,
     live: &Arc<AtomicUsize>,
 ) {
@@ -320,7 +342,7 @@ fn accept_loop(
         }
         let port = next_port.fetch_add(1, Ordering::SeqCst);
         log::info!("{name}: port {port} connected");
-        if let Err(e) = start_port(port, lan, stream, tx.clone(), Arc::clone(live)) {
+        if let Err(e) = start_port(port, lan, stream, shared.clone(), Arc::clone(live)) {
             log::error!("{name}: port {port}: {e}");
             live.fetch_sub(1, Ordering::SeqCst);
         }
@@ -331,24 +353,22 @@ fn start_port(
     port: PortId,
     lan: usize,
     stream: UnixStream,
-    tx: SyncSender<Event>,
+    shared: Shared,
     live: Arc<AtomicUsize>,
 ) -> Result<(), HubError> {
     let writer = stream.try_clone().map_err(HubError::Spawn)?;
     let (qtx, qrx) = sync_channel(PORT_QUEUE);
     // Join before the reader starts, so the switch knows the port before its first frame.
-    if tx.send(Event::Join(port, lan, qtx)).is_err() {
-        return Ok(());
-    }
+    shared.lock().join(port, lan, qtx);
     spawn("fabric-tx", move || write_loop(port, writer, qrx))?;
     spawn("fabric-rx", move || {
-        read_loop(port, stream, &tx);
-        let _ = tx.send(Event::Gone(port));
+        read_loop(port, stream, &shared);
+        shared.lock().gone(port);
         live.fetch_sub(1, Ordering::SeqCst);
     })
 }
 
-fn read_loop(port: PortId, mut stream: UnixStream, tx: &SyncSender<Event>) {
+fn read_loop(port: PortId, mut stream: UnixStream, shared: &Shared) {
     let mut dec = Decoder::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -368,9 +388,7 @@ fn read_loop(port: PortId, mut stream: UnixStream, tx: &SyncSender<Event>) {
         };
         let mut frames = Vec::new();
         let r = dec.feed(&buf[..n], |f| frames.push(f.to_vec()));
-        if !frames.is_empty() && tx.send(Event::Frames(port, frames)).is_err() {
-            break;
-        }
+        shared.switch(port, frames);
         if let Err(e) = r {
             log::warn!("port {port}: {e}; closing the port");
             break;
@@ -395,7 +413,7 @@ fn write_loop(port: PortId, mut stream: UnixStream, rx: Receiver<Vec<u8>>) {
     }
 }
 
-/// What the switch thread counts per port (`stats`).
+/// What the switch counts per port (`stats`).
 #[derive(Debug, Default, Clone, Copy)]
 struct PortStats {
     /// Frames taken in from the port.
@@ -416,7 +434,7 @@ struct Setting {
     fault: Option<FaultConfig>,
 }
 
-/// The switch thread's state besides the `Switch` itself.
+/// The switch's state besides the `Switch` itself.
 struct SwitchState {
     sw: Switch,
     start: Instant,
@@ -588,166 +606,204 @@ impl SwitchState {
     }
 }
 
-fn run_switch(
-    rx: Receiver<Event>,
-    mut pcap: Option<PcapWriter<BufWriter<File>>>,
-    engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)>,
-    faults: Faults,
-) {
-    let mut st = SwitchState {
-        sw: Switch::new(AGING_SECS),
-        start: Instant::now(),
-        queues: HashMap::new(),
-        engine_queues: HashMap::new(),
-        port_lan: HashMap::new(),
-        links: HashMap::new(),
-        settings: HashMap::new(),
-        stats: BTreeMap::new(),
-        seed: faults.seed,
-    };
-    for (mac, port, q) in engines {
-        st.sw.set_engine(mac, port);
-        st.engine_queues.insert(port, q);
-    }
-    for (&lan, cfg) in &faults.per_lan {
-        st.settings.insert(
-            PortRef::Lan(lan),
-            Setting {
-                down: false,
-                fault: Some(*cfg),
-            },
-        );
-    }
-    for (&nic, cfg) in &faults.per_nic {
-        if st.engine_queues.contains_key(&nic) {
-            let set = Setting {
-                down: false,
-                fault: Some(*cfg),
-            };
-            st.settings.insert(PortRef::Nic(nic), set);
-            st.configure(nic, set);
+/// The switch with its capture: see the module comment.
+struct Core {
+    st: SwitchState,
+    pcap: Option<PcapWriter<BufWriter<File>>>,
+    /// When the oldest frame the capture file does not have yet was captured.
+    unflushed_since: Option<Instant>,
+    /// Scratch: the ports a frame goes to, frames a link releases.
+    out: Vec<PortId>,
+    ready: Vec<Vec<u8>>,
+}
+
+impl Core {
+    fn new(
+        pcap: Option<PcapWriter<BufWriter<File>>>,
+        engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)>,
+        faults: &Faults,
+    ) -> Self {
+        let mut st = SwitchState {
+            sw: Switch::new(AGING_SECS),
+            start: Instant::now(),
+            queues: HashMap::new(),
+            engine_queues: HashMap::new(),
+            port_lan: HashMap::new(),
+            links: HashMap::new(),
+            settings: HashMap::new(),
+            stats: BTreeMap::new(),
+            seed: faults.seed,
+        };
+        for (mac, port, q) in engines {
+            st.sw.set_engine(mac, port);
+            st.engine_queues.insert(port, q);
+        }
+        for (&lan, cfg) in &faults.per_lan {
+            st.settings.insert(
+                PortRef::Lan(lan),
+                Setting {
+                    down: false,
+                    fault: Some(*cfg),
+                },
+            );
+        }
+        for (&nic, cfg) in &faults.per_nic {
+            if st.engine_queues.contains_key(&nic) {
+                let set = Setting {
+                    down: false,
+                    fault: Some(*cfg),
+                };
+                st.settings.insert(PortRef::Nic(nic), set);
+                st.configure(nic, set);
+            }
+        }
+        Core {
+            st,
+            pcap,
+            unflushed_since: None,
+            out: Vec::new(),
+            ready: Vec::new(),
         }
     }
-    let mut out = Vec::new();
-    let mut ready = Vec::new();
-    // The next event, taken early: the capture is flushed when the switch has no more work
-    // (no write system call per frame, which cost the switch thread half its time under
-    // load), and before the frame that ends a burst goes out, so a frame a port received
-    // is in the capture file, and the capture is complete whenever the fabric is idle.
-    let mut next: Option<Event> = None;
-    // A batch's frames and the ranges of `dests` they go to.
-    let mut plan: Vec<(Vec<u8>, std::ops::Range<usize>)> = Vec::new();
-    let mut dests: Vec<PortId> = Vec::new();
-    loop {
-        // Sleep no longer than the next delayed frame is due.
-        let due = st.links.values().filter_map(Link::next_due).min();
-        let ev = match next.take() {
-            Some(ev) => ev,
-            None => match due {
-                None => match rx.recv() {
-                    Ok(ev) => ev,
-                    Err(_) => return,
-                },
-                Some(due) => {
-                    let wait = Duration::from_millis(due.saturating_sub(st.ms()));
-                    match rx.recv_timeout(wait) {
-                        Ok(ev) => ev,
-                        Err(RecvTimeoutError::Timeout) => {
-                            let now = st.ms();
-                            let ports: Vec<PortId> = st.links.keys().copied().collect();
-                            for p in ports {
-                                ready.clear();
-                                if let Some(link) = st.links.get_mut(&p) {
-                                    link.poll(now, &mut ready);
-                                }
-                                if let Some(q) =
-                                    st.queues.get(&p).or_else(|| st.engine_queues.get(&p))
-                                {
-                                    let pst = st.stats.entry(p).or_default();
-                                    for f in ready.drain(..) {
-                                        enqueue(q, p, f, pst);
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => return,
+
+    /// A LAN connection joined on socket `lan`; frames to it go to `q`.
+    fn join(&mut self, port: PortId, lan: usize, q: SyncSender<Vec<u8>>) {
+        let st = &mut self.st;
+        st.sw.add_port(port);
+        st.queues.insert(port, q);
+        st.port_lan.insert(port, lan);
+        st.stats.insert(port, PortStats::default());
+        if let Some(set) = st.settings.get(&PortRef::Lan(lan)).copied() {
+            st.configure(port, set);
+        }
+    }
+
+    fn gone(&mut self, port: PortId) {
+        log::info!("port {port} disconnected");
+        let st = &mut self.st;
+        st.sw.remove_port(port);
+        st.queues.remove(&port);
+        st.port_lan.remove(&port);
+        st.stats.remove(&port);
+        if let Some(l) = st.links.remove(&port) {
+            log::info!("port {port} faults: {:?}", l.counters());
+        }
+    }
+
+    /// Switches `frames` from `port` in order: learning, capture, the destination ports'
+    /// links and queues. Returns whether the timer thread must plan its sleep again (a
+    /// delayed frame is due sooner, or the capture has its first unwritten frame).
+    fn switch_burst(&mut self, port: PortId, frames: Vec<Vec<u8>>) -> bool {
+        let due_before = self.next_due();
+        let clean_before = self.unflushed_since.is_none();
+        for frame in frames {
+            if self.st.links.get(&port).is_some_and(Link::is_down) {
+                self.st.stats.entry(port).or_default().rx_down += 1;
+                continue;
+            }
+            self.st.stats.entry(port).or_default().rx += 1;
+            let now = self.st.start.elapsed().as_secs();
+            self.st.sw.forward(port, &frame, now, &mut self.out);
+            if self.out.is_empty() {
+                continue;
+            }
+            if let Some(w) = self.pcap.as_mut() {
+                match w.write(&frame) {
+                    Ok(()) => {
+                        self.unflushed_since.get_or_insert_with(Instant::now);
+                    }
+                    Err(e) => {
+                        log::error!("pcap: {e}; capture stopped");
+                        self.pcap = None;
                     }
                 }
-            },
+            }
+            // The last port takes the frame itself: one copy fewer per unicast frame.
+            if let Some((&last, rest)) = self.out.split_last() {
+                for &p in rest {
+                    self.st.emit(p, frame.clone(), &mut self.ready);
+                }
+                self.st.emit(last, frame, &mut self.ready);
+            }
+        }
+        let sooner = match (self.next_due(), due_before) {
+            (Some(now), Some(before)) => now < before,
+            (Some(_), None) => true,
+            (None, _) => false,
         };
-        match ev {
-            Event::Join(port, lan, q) => {
-                st.sw.add_port(port);
-                st.queues.insert(port, q);
-                st.port_lan.insert(port, lan);
-                st.stats.insert(port, PortStats::default());
-                if let Some(set) = st.settings.get(&PortRef::Lan(lan)).copied() {
-                    st.configure(port, set);
+        sooner || (clean_before && self.unflushed_since.is_some())
+    }
+
+    /// When the next delayed frame is due (switch clock, ms).
+    fn next_due(&self) -> Option<u64> {
+        self.st.links.values().filter_map(Link::next_due).min()
+    }
+
+    /// Queues the delayed frames that are due.
+    fn release_due(&mut self) {
+        let now = self.st.ms();
+        let ports: Vec<PortId> = self.st.links.keys().copied().collect();
+        for p in ports {
+            self.ready.clear();
+            if let Some(link) = self.st.links.get_mut(&p) {
+                link.poll(now, &mut self.ready);
+            }
+            if let Some(q) = self
+                .st
+                .queues
+                .get(&p)
+                .or_else(|| self.st.engine_queues.get(&p))
+            {
+                let pst = self.st.stats.entry(p).or_default();
+                for f in self.ready.drain(..) {
+                    enqueue(q, p, f, pst);
                 }
             }
-            Event::Gone(port) => {
-                log::info!("port {port} disconnected");
-                st.sw.remove_port(port);
-                st.queues.remove(&port);
-                st.port_lan.remove(&port);
-                st.stats.remove(&port);
-                if let Some(l) = st.links.remove(&port) {
-                    log::info!("port {port} faults: {:?}", l.counters());
+        }
+    }
+
+    fn flush(&mut self) {
+        self.unflushed_since = None;
+        if let Some(Err(e)) = self.pcap.as_mut().map(PcapWriter::flush) {
+            log::error!("pcap: {e}; capture stopped");
+            self.pcap = None;
+        }
+    }
+
+    /// How long the timer thread may sleep (None: until woken).
+    fn sleep(&self) -> Option<Duration> {
+        let due = self
+            .next_due()
+            .map(|t| Duration::from_millis(t.saturating_sub(self.st.ms())));
+        let flush = self
+            .unflushed_since
+            .map(|t| FLUSH_DELAY.saturating_sub(t.elapsed()));
+        due.into_iter().chain(flush).min()
+    }
+}
+
+/// The timer thread: releases delayed frames when due and flushes the capture.
+fn run_timer(core: &Mutex<Core>, wakeups: &Receiver<()>) {
+    loop {
+        let sleep = lock(core).sleep();
+        let r = match sleep {
+            None => wakeups.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(d) => wakeups.recv_timeout(d),
+        };
+        match r {
+            Ok(()) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                let mut c = lock(core);
+                c.release_due();
+                if c.unflushed_since
+                    .is_some_and(|t| t.elapsed() >= FLUSH_DELAY)
+                {
+                    c.flush();
                 }
             }
-            Event::Control(cmd, reply) => {
-                let r = st.control(cmd);
-                let _ = reply.try_send(r);
-            }
-            Event::Frames(port, frames) => {
-                // Switch the whole batch, then flush the capture if nothing else waits,
-                // then deliver: a frame a port received is in the capture file.
-                plan.clear();
-                dests.clear();
-                let mut captured = false;
-                for frame in frames {
-                    if st.links.get(&port).is_some_and(Link::is_down) {
-                        st.stats.entry(port).or_default().rx_down += 1;
-                        continue;
-                    }
-                    st.stats.entry(port).or_default().rx += 1;
-                    let now = st.start.elapsed().as_secs();
-                    st.sw.forward(port, &frame, now, &mut out);
-                    if out.is_empty() {
-                        continue;
-                    }
-                    if let Some(w) = pcap.as_mut() {
-                        captured = true;
-                        if let Err(e) = w.write(&frame) {
-                            log::error!("pcap: {e}; capture stopped");
-                            pcap = None;
-                        }
-                    }
-                    let first = dests.len();
-                    dests.extend_from_slice(&out);
-                    plan.push((frame, first..dests.len()));
-                }
-                if let (true, Some(w)) = (captured, pcap.as_mut()) {
-                    match rx.try_recv() {
-                        Ok(ev) => next = Some(ev),
-                        Err(_) => {
-                            if let Err(e) = w.flush() {
-                                log::error!("pcap: {e}; capture stopped");
-                                pcap = None;
-                            }
-                        }
-                    }
-                }
-                for (frame, ports) in plan.drain(..) {
-                    // The last port takes the frame itself: one copy fewer per unicast frame.
-                    if let Some((&last, rest)) = dests[ports].split_last() {
-                        for &p in rest {
-                            st.emit(p, frame.clone(), &mut ready);
-                        }
-                        st.emit(last, frame, &mut ready);
-                    }
-                }
+            Err(RecvTimeoutError::Disconnected) => {
+                lock(core).flush();
+                return;
             }
         }
     }
@@ -846,6 +902,7 @@ mod tests {
         ca.write_all(&[0, 0, 0, 0]).unwrap();
         let mut byte = [0u8; 1];
         assert_eq!(ca.read(&mut byte).unwrap_or(0), 0);
+        hub.control.flush_capture();
         let pcap = std::fs::read(&cap).unwrap();
         assert!(pcap.len() >= 24 + 2 * (16 + 60));
         assert_eq!(

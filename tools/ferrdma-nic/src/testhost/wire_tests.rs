@@ -1378,8 +1378,10 @@ fn nics_and_a_lan_station_on_a_running_fabric() {
     assert_eq!(got.as_deref(), Some(&b"hello from NIC A"[..]));
     drop(engines);
 
-    // Everything the switch forwarded is in the capture (the file the hub wrote) and
-    // parses, ICRC included, here and in tshark.
+    // Everything the switch forwarded is in the capture (the file the hub wrote, flushed at
+    // the latest FLUSH_DELAY later or on request) and parses, ICRC included, here and in
+    // tshark.
+    hub.control.flush_capture();
     let file = std::fs::read(&cap).unwrap();
     let frames = pcap_frames(&file);
     tshark_check(&file, frames.len());
@@ -1770,6 +1772,7 @@ fn running_fabric_with_faults_on_the_engine_ports() {
     assert!(b.h.read(b.dst.gpa, len as usize) == data);
     assert!(a.h.read(a.dst.gpa, len as usize) == data);
     drop(engines);
+    hub.control.flush_capture();
     // Recovery shows in the capture (taken before the faults): resent packets.
     let frames = pcap_frames(&std::fs::read(&cap).unwrap()).len();
     eprintln!("{frames} frames for 2 x 1024 data packets");
