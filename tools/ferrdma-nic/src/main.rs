@@ -14,6 +14,7 @@ use signal_hook::iterator::Signals;
 use ferrdma_nic::fabric::control;
 use ferrdma_nic::fabric::fault::FaultConfig;
 use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
+use ferrdma_nic::fabric::queue::frame_queue;
 use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::rdma::caps::CapsPlan;
 use ferrdma_nic::vfio::socket::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
@@ -215,7 +216,7 @@ fn main() -> ExitCode {
         let mut inbound = Vec::new();
         let mut attach = Vec::new();
         for mac in &macs {
-            let (tx, rx) = mpsc::sync_channel(ENGINE_QUEUE);
+            let (tx, rx) = frame_queue(ENGINE_QUEUE);
             inbound.push(rx);
             attach.push(NicAttachment {
                 mac: *mac,

@@ -14,7 +14,6 @@
 //! bounded work, so a guest cannot make the thread spin.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -22,6 +21,7 @@ use std::time::Duration;
 use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::device::Device;
+use crate::fabric::queue::{FrameReceiver, Received};
 
 /// Longest sleep of the engine thread.
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
@@ -108,12 +108,12 @@ impl ServerBackend for SharedDevice {
 /// A running engine thread; dropping the handle stops it.
 pub struct EngineThread {
     stop: Arc<AtomicBool>,
-    join: Option<JoinHandle<Option<Receiver<Vec<u8>>>>>,
+    join: Option<JoinHandle<Option<FrameReceiver>>>,
 }
 
 impl EngineThread {
     /// Stops the thread and gives back its fabric queue, for the engine of the next client.
-    pub fn finish(mut self) -> Option<Receiver<Vec<u8>>> {
+    pub fn finish(mut self) -> Option<FrameReceiver> {
         self.stop.store(true, Ordering::SeqCst);
         self.join.take().and_then(|j| j.join().ok()).flatten()
     }
@@ -133,7 +133,7 @@ impl Drop for EngineThread {
 pub fn spawn_engine(
     name: &str,
     dev: SharedDevice,
-    inbound: Option<Receiver<Vec<u8>>>,
+    inbound: Option<FrameReceiver>,
 ) -> std::io::Result<EngineThread> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
@@ -149,7 +149,7 @@ pub fn spawn_engine(
     })
 }
 
-fn engine_loop(dev: &SharedDevice, inbound: Option<&Receiver<Vec<u8>>>, stop: &AtomicBool) {
+fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         let wait = {
             let d = dev.lock();
@@ -159,29 +159,17 @@ fn engine_loop(dev: &SharedDevice, inbound: Option<&Receiver<Vec<u8>>>, stop: &A
                 None => IDLE_POLL,
             }
         };
-        let first = match inbound {
-            Some(rx) => match rx.recv_timeout(wait) {
-                Ok(f) => Some(f),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(wait);
-                    None
-                }
-            },
-            None => {
+        let frames = match inbound.map(|rx| rx.recv(RX_BATCH, wait)) {
+            Some(Received::Frames(f)) => f,
+            Some(Received::Timeout) => Vec::new(),
+            Some(Received::Closed) | None => {
                 std::thread::sleep(wait);
-                None
+                Vec::new()
             }
         };
         let mut d = dev.lock();
-        if let Some(f) = first {
-            d.rx_frame(&f);
-            for _ in 1..RX_BATCH {
-                match inbound.map(Receiver::try_recv) {
-                    Some(Ok(f)) => d.rx_frame(&f),
-                    _ => break,
-                }
-            }
+        for f in &frames {
+            d.rx_frame(f);
         }
         if d.next_deadline().is_some_and(|t| t <= d.now_us()) {
             d.tick();

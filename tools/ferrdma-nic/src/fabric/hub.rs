@@ -41,6 +41,7 @@ use thiserror::Error;
 use super::control::{self, Command, PortRef, Reply, SabotageKnob};
 use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
+use super::queue::FrameSender;
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
 use crate::rdma::sabotage::Sabotage;
@@ -220,7 +221,7 @@ impl EnginePort {
 /// A NIC on the fabric: its MAC and the queue its engine receives RoCE frames from.
 pub struct NicAttachment {
     pub mac: Mac,
-    pub inbound: SyncSender<Vec<u8>>,
+    pub inbound: FrameSender,
 }
 
 /// Frames queued towards one NIC engine.
@@ -260,7 +261,7 @@ impl Hub {
         let live = Arc::new(AtomicUsize::new(0));
         let sabotage: Vec<Arc<Sabotage>> = nics.iter().map(|_| Arc::default()).collect();
         let nic_count = nics.len();
-        let engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)> = nics
+        let engines: Vec<(Mac, PortId, FrameSender)> = nics
             .into_iter()
             .zip(0..)
             .map(|(n, p)| (n.mac, p, n.inbound))
@@ -439,7 +440,10 @@ struct SwitchState {
     sw: Switch,
     start: Instant,
     queues: HashMap<PortId, SyncSender<Vec<u8>>>,
-    engine_queues: HashMap<PortId, SyncSender<Vec<u8>>>,
+    engine_queues: HashMap<PortId, FrameSender>,
+    /// Frames switched to each engine port during the current burst, queued at its end (one
+    /// lock and at most one wake-up per engine and burst).
+    engine_batches: HashMap<PortId, Vec<Vec<u8>>>,
     /// LAN ports and the index of the socket they joined on.
     port_lan: HashMap<PortId, usize>,
     links: HashMap<PortId, Link>,
@@ -586,12 +590,9 @@ impl SwitchState {
         lines
     }
 
-    /// Queue a frame to a port through its link (if it has one).
+    /// Queue a frame to a port through its link (if it has one); frames to an engine wait in
+    /// its batch for [`SwitchState::deliver_batches`].
     fn emit(&mut self, p: PortId, frame: Vec<u8>, ready: &mut Vec<Vec<u8>>) {
-        let Some(q) = self.queues.get(&p).or_else(|| self.engine_queues.get(&p)) else {
-            return;
-        };
-        let st = self.stats.entry(p).or_default();
         ready.clear();
         match self.links.get_mut(&p) {
             Some(link) => {
@@ -600,8 +601,41 @@ impl SwitchState {
             }
             None => ready.push(frame),
         }
-        for f in ready.drain(..) {
-            enqueue(q, p, f, st);
+        self.queue_to(p, ready);
+    }
+
+    /// Queues `frames` (drained) to port `p`.
+    fn queue_to(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>) {
+        if let Some(q) = self.queues.get(&p) {
+            let st = self.stats.entry(p).or_default();
+            for f in frames.drain(..) {
+                enqueue(q, p, f, st);
+            }
+        } else if self.engine_queues.contains_key(&p) {
+            self.engine_batches.entry(p).or_default().append(frames);
+        } else {
+            frames.clear();
+        }
+    }
+
+    /// Hands each engine the frames switched to it since the last call.
+    fn deliver_batches(&mut self) {
+        for (p, batch) in self.engine_batches.iter_mut() {
+            if batch.is_empty() {
+                continue;
+            }
+            let Some(q) = self.engine_queues.get(p) else {
+                batch.clear();
+                continue;
+            };
+            let n = batch.len();
+            let queued = q.push(batch.drain(..));
+            let st = self.stats.entry(*p).or_default();
+            st.tx += queued as u64;
+            st.queue_drops += (n - queued) as u64;
+            if queued < n {
+                log::debug!("port {p}: engine queue full, {} drops", st.queue_drops);
+            }
         }
     }
 }
@@ -620,7 +654,7 @@ struct Core {
 impl Core {
     fn new(
         pcap: Option<PcapWriter<BufWriter<File>>>,
-        engines: Vec<(Mac, PortId, SyncSender<Vec<u8>>)>,
+        engines: Vec<(Mac, PortId, FrameSender)>,
         faults: &Faults,
     ) -> Self {
         let mut st = SwitchState {
@@ -628,6 +662,7 @@ impl Core {
             start: Instant::now(),
             queues: HashMap::new(),
             engine_queues: HashMap::new(),
+            engine_batches: HashMap::new(),
             port_lan: HashMap::new(),
             links: HashMap::new(),
             settings: HashMap::new(),
@@ -726,6 +761,7 @@ impl Core {
                 self.st.emit(last, frame, &mut self.ready);
             }
         }
+        self.st.deliver_batches();
         let sooner = match (self.next_due(), due_before) {
             (Some(now), Some(before)) => now < before,
             (Some(_), None) => true,
@@ -748,18 +784,9 @@ impl Core {
             if let Some(link) = self.st.links.get_mut(&p) {
                 link.poll(now, &mut self.ready);
             }
-            if let Some(q) = self
-                .st
-                .queues
-                .get(&p)
-                .or_else(|| self.st.engine_queues.get(&p))
-            {
-                let pst = self.st.stats.entry(p).or_default();
-                for f in self.ready.drain(..) {
-                    enqueue(q, p, f, pst);
-                }
-            }
+            self.st.queue_to(p, &mut self.ready);
         }
+        self.st.deliver_batches();
     }
 
     fn flush(&mut self) {
@@ -863,7 +890,7 @@ mod tests {
             }),
             vec![NicAttachment {
                 mac: [2, 0, 0, 0, 0, 9],
-                inbound: sync_channel(1).0,
+                inbound: super::super::queue::frame_queue(1).0,
             }],
             Faults::default(),
         )
@@ -950,7 +977,7 @@ mod tests {
         let nics = (0..2)
             .map(|i| NicAttachment {
                 mac: [0x52, 0x54, 0, 0, 1, i],
-                inbound: sync_channel(4).0,
+                inbound: super::super::queue::frame_queue(4).0,
             })
             .collect();
         let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();

@@ -1676,14 +1676,14 @@ impl Running {
     fn start_with(tag: &str, faults: crate::fabric::hub::Faults, snaplen: Option<u32>) -> Self {
         use crate::device::TxSink;
         use crate::fabric::hub::{Hub, NicAttachment, ENGINE_QUEUE};
+        use crate::fabric::queue::frame_queue;
         use crate::shared::spawn_engine;
-        use std::sync::mpsc::sync_channel;
         let dir = std::env::temp_dir().join(format!("ferrdma-wire-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (lan, cap) = (dir.join("lan.sock"), dir.join("cap.pcap"));
-        let (txa, rxa) = sync_channel(ENGINE_QUEUE);
-        let (txb, rxb) = sync_channel(ENGINE_QUEUE);
+        let (txa, rxa) = frame_queue(ENGINE_QUEUE);
+        let (txb, rxb) = frame_queue(ENGINE_QUEUE);
         let nics = vec![
             NicAttachment {
                 mac: mac(1),

@@ -15,10 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
-use std::sync::mpsc::Receiver;
-
 use crate::device::{Device, TxSink};
 use crate::fabric::hub::EnginePort;
+use crate::fabric::queue::FrameReceiver;
 use crate::rdma::caps::CapsPlan;
 use crate::shared::{spawn_engine, SharedDevice};
 use crate::vfio::layout::{irq_infos, server_regions};
@@ -141,7 +140,7 @@ pub fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ServeError> {
 
 /// A NIC's place on the fabric: where its RoCE frames come from and go to.
 pub struct FabricLink {
-    pub inbound: Receiver<Vec<u8>>,
+    pub inbound: FrameReceiver,
     pub port: EnginePort,
 }
 
@@ -203,7 +202,7 @@ pub(crate) fn serve_device(
     listener: UnixListener,
     socket: &SocketFile,
     mut shared: SharedDevice,
-    mut inbound: Option<Receiver<Vec<u8>>>,
+    mut inbound: Option<FrameReceiver>,
     clients: Clients,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
