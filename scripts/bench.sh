@@ -6,7 +6,8 @@
 #   2. the NIC alone: two NICs with engine threads on a running fabric, no VMs (the cargo
 #      test fabric_bench_write_stream), profiled with perf when the host has it: the top of
 #      the profile goes into the output (profile.txt);
-#   3. two VMs booted with ferrdma NICs and a second LAN for rxe (ferrdma-vm --rxe-lan):
+#   3. two VMs booted with ferrdma NICs and a second LAN for rxe (ferrdma-vm --rxe-lan), the
+#      fabric's capture off (--no-capture):
 #      bench/bench.sh runs stock perftest and cmtime on ferrdma0 and rxe0, loopback and
 #      between the VMs, BENCH_REPS times (default 3);
 #   4. bench/report.py: the table (with ratios and the issue's targets), bench.csv,
@@ -48,7 +49,7 @@ fi
 cd "$here/.."
 
 log "bench: 3/4 two VMs, ferrdma and rxe, $reps repetition(s) (TCG: about $((reps * 12)) minutes)"
-"$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --vms 2 --rxe-lan \
+"$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --vms 2 --rxe-lan --no-capture \
 	--timeout "${BENCH_TIMEOUT:-7200}" --logdir "$(sysroot_path "$out/vms")" \
 	/ferrdma/src/tools/testing/ferrdma/bench/bench.sh full "$reps" | tee "$out/vms.log" |
 	grep --line-buffered -E 'ferrdma-retry|\] bench: |FAIL|PASS' || true
