@@ -33,7 +33,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
 
 use thiserror::Error;
 
@@ -45,8 +44,6 @@ pub const MAX_LINE: usize = 1024;
 pub const MAX_LINK_PORTS: usize = 16;
 /// Concurrent control connections; more are refused.
 pub const MAX_CLIENTS: usize = 8;
-/// How long a request may wait for the switch.
-const APPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A port of the fabric as the control protocol names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -215,7 +212,7 @@ pub type Reply = Result<Vec<String>, String>;
 
 /// Applies commands to the running fabric (implemented by the hub's handle).
 pub trait Apply: Send + Sync + 'static {
-    fn apply(&self, cmd: Command, timeout: Duration) -> Reply;
+    fn apply(&self, cmd: Command) -> Reply;
 }
 
 fn write_reply(out: &mut impl Write, reply: &Reply) -> std::io::Result<()> {
@@ -247,7 +244,7 @@ pub fn handle_line(raw: &[u8], target: &dyn Apply) -> Option<Reply> {
     match parse(line.trim_end_matches('\r')) {
         Ok(None) => None,
         Ok(Some(Command::Help)) => Some(Ok(HELP.iter().map(|s| s.to_string()).collect())),
-        Ok(Some(cmd)) => Some(target.apply(cmd, APPLY_TIMEOUT)),
+        Ok(Some(cmd)) => Some(target.apply(cmd)),
         Err(e) => Some(Err(e.to_string())),
     }
 }
@@ -460,7 +457,7 @@ mod tests {
     struct Recorder(Mutex<Vec<Command>>);
 
     impl Apply for Recorder {
-        fn apply(&self, cmd: Command, _timeout: Duration) -> Reply {
+        fn apply(&self, cmd: Command) -> Reply {
             self.0.lock().unwrap().push(cmd);
             Ok(Vec::new())
         }

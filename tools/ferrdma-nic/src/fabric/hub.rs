@@ -133,10 +133,10 @@ impl HubControl {
 }
 
 impl control::Apply for HubControl {
-    /// Applies `cmd` under the switch's lock, which every holder keeps for one burst at
-    /// most, so `_timeout` is never reached; the capture is flushed, so whoever asks (say,
-    /// for `stats`) finds every frame switched so far in the file.
-    fn apply(&self, cmd: Command, _timeout: Duration) -> Reply {
+    /// Applies `cmd` under the switch's lock (every holder keeps it for one burst at most);
+    /// the capture is flushed, so whoever asks (say, for `stats`) finds every frame switched
+    /// so far in the file.
+    fn apply(&self, cmd: Command) -> Reply {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
             Command::Fault { port, .. } => std::slice::from_ref(port),
@@ -986,18 +986,17 @@ mod tests {
         let reply = handle_line(b"sabotage nic:1 write-byte=4097", &hub.control).unwrap();
         assert!(reply.unwrap()[0].contains("flipping byte 4097"));
         assert_eq!((knobs[0].offset(), knobs[1].offset()), (None, Some(4097)));
-        let t = std::time::Duration::from_secs(5);
         let off = Command::Sabotage {
             nic: 1,
             knob: SabotageKnob::WriteByte(None),
         };
-        assert!(hub.control.apply(off, t).is_ok());
+        assert!(hub.control.apply(off).is_ok());
         assert_eq!(knobs[1].offset(), None);
         let none = Command::Sabotage {
             nic: 2,
             knob: SabotageKnob::WriteByte(Some(1)),
         };
-        assert!(hub.control.apply(none, t).unwrap_err().contains("no nic:2"));
+        assert!(hub.control.apply(none).unwrap_err().contains("no nic:2"));
     }
 
     #[test]
@@ -1007,7 +1006,6 @@ mod tests {
         let (a, b) = (d.join("a.sock"), d.join("b.sock"));
         let hub = Hub::start(&[a.clone(), b.clone()], None, Vec::new(), Faults::default()).unwrap();
         let ctl = hub.control.clone();
-        let t = std::time::Duration::from_secs(5);
         let mut ca = UnixStream::connect(&a).unwrap();
         let mut cb = UnixStream::connect(&b).unwrap();
         let short = std::time::Duration::from_millis(300);
@@ -1021,13 +1019,10 @@ mod tests {
         send(&mut cb, &plain(ma, mb));
         assert_eq!(recv(&mut ca), plain(ma, mb));
         let link = |up| {
-            ctl.apply(
-                Command::Link {
-                    ports: vec![PortRef::Lan(1)],
-                    up,
-                },
-                t,
-            )
+            ctl.apply(Command::Link {
+                ports: vec![PortRef::Lan(1)],
+                up,
+            })
         };
         assert_eq!(link(false), Ok(Vec::new()));
         // Neither direction passes while B's link is down.
@@ -1042,7 +1037,7 @@ mod tests {
             ca.read_exact(&mut byte).is_err(),
             "A received from a down link"
         );
-        let stats = ctl.apply(Command::Stats, t).unwrap();
+        let stats = ctl.apply(Command::Stats).unwrap();
         assert!(
             stats
                 .iter()
@@ -1055,13 +1050,10 @@ mod tests {
         // Faults at run time: everything to B dropped, then off again.
         let drop_all = super::super::fault::FaultConfig::parse("drop=1").unwrap();
         let fault = |f| {
-            ctl.apply(
-                Command::Fault {
-                    port: PortRef::Lan(1),
-                    fault: f,
-                },
-                t,
-            )
+            ctl.apply(Command::Fault {
+                port: PortRef::Lan(1),
+                fault: f,
+            })
         };
         assert_eq!(fault(Some(drop_all)), Ok(Vec::new()));
         send(&mut ca, &plain(mb, ma));
@@ -1071,22 +1063,16 @@ mod tests {
         assert_eq!(recv(&mut cb), plain(mb, ma));
         // Out-of-range ports are refused.
         assert!(ctl
-            .apply(
-                Command::Link {
-                    ports: vec![PortRef::Lan(2)],
-                    up: true
-                },
-                t
-            )
+            .apply(Command::Link {
+                ports: vec![PortRef::Lan(2)],
+                up: true
+            })
             .is_err());
         assert!(ctl
-            .apply(
-                Command::Link {
-                    ports: vec![PortRef::Nic(0)],
-                    up: true
-                },
-                t
-            )
+            .apply(Command::Link {
+                ports: vec![PortRef::Nic(0)],
+                up: true
+            })
             .is_err());
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
