@@ -181,6 +181,15 @@ def write_summary(path: str, figs: dict[Key, Figure]) -> None:
                         f"{figs[k].median:g}", f"{min(v):g}", f"{max(v):g}"])
 
 
+def save(plt, fig, outdir: str, name: str) -> str:
+    """Lays out `fig`, writes it to OUTDIR/NAME and closes it; returns the path."""
+    fig.tight_layout()
+    path = os.path.join(outdir, name)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plot(outdir: str, figs: dict[Key, Figure]) -> list[str]:
     """bandwidth.png (median MiB/s over size, per scope and tool, both devices, the memcpy
     line) and latency.png (median and p99 per tool, scope and device); returns the files."""
@@ -216,11 +225,7 @@ def plot(outdir: str, figs: dict[Key, Figure]) -> list[str]:
             ax.grid(True, which="both", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(outdir, "bandwidth.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    made.append(path)
+    made.append(save(plt, fig, outdir, "bandwidth.png"))
 
     fig, axes = plt.subplots(1, len(SCOPES), figsize=(12, 4.5), squeeze=False)
     for i, scope in enumerate(SCOPES):
@@ -245,11 +250,7 @@ def plot(outdir: str, figs: dict[Key, Figure]) -> list[str]:
         ax.grid(True, axis="y", which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(outdir, "latency.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    made.append(path)
+    made.append(save(plt, fig, outdir, "latency.png"))
     return made
 
 
