@@ -422,7 +422,7 @@ impl Engine {
             last_error: 0,
             comm_est_sent: false,
             rnr_attempts: 0,
-            rnr_wait: false,
+            rnr_retry_at: None,
             req: Default::default(),
             resp: Default::default(),
         };

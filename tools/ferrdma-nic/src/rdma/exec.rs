@@ -19,6 +19,7 @@ use super::pagelist::{self, PageListError};
 use super::path::av_vlan;
 use super::qp::Qp;
 use super::seglist::SegList;
+use super::transport::rnr_timer_us;
 use super::wqe::{self, Sge, SqWqe, WqeError};
 use super::{grh, Engine, Env};
 
@@ -248,25 +249,28 @@ impl Engine {
             }
         }
         self.stats.doorbells += 1;
-        self.retry_rnr(env, qp_id);
         self.process_sq(env, qp_id);
     }
 
-    /// Retries every QP (except `except`) waiting after an RNR NAK of a local receiver.
-    pub(super) fn retry_rnr(&mut self, env: &Env<'_>, except: u32) {
+    /// Retries every QP whose RNR timer (after a local receiver's RNR NAK) has expired.
+    pub(super) fn retry_rnr(&mut self, env: &Env<'_>) {
         let mut next = self.rnr_waiting.first().copied();
         while let Some(id) = next {
             // A QP that waits again is back in the set below `id`: retried next time.
             next = self.rnr_waiting.range(id + 1..).next().copied();
-            if id == except {
+            let due = match self.qp(id).map(|q| q.rnr_retry_at) {
+                Some(Some(t)) => t <= env.now_us,
+                // Gone, or no longer waiting (reset, error): forget it.
+                _ => true,
+            };
+            if !due {
                 continue;
             }
             self.rnr_waiting.remove(&id);
-            if self.qp(id).is_some_and(|q| q.rnr_wait) {
-                if let Some(q) = self.qp_mut(id) {
-                    q.rnr_wait = false;
+            if let Some(q) = self.qp_mut(id) {
+                if q.rnr_retry_at.take().is_some() {
+                    self.process_sq(env, id);
                 }
-                self.process_sq(env, id);
             }
         }
     }
@@ -281,6 +285,8 @@ impl Engine {
     pub(super) fn process_sq(&mut self, env: &Env<'_>, qp_id: u32) {
         let Some(qp) = self.qp(qp_id) else { return };
         match qp.state() {
+            // The head WQE waits for its RNR timer (`retry_rnr`).
+            qp_state::RTS if qp.rnr_retry_at.is_some() => return,
             qp_state::RTS => {}
             qp_state::ERR => {
                 self.flush_sq(env, qp_id, true);
@@ -357,6 +363,10 @@ impl Engine {
                 }
                 Outcome::Rnr => {
                     self.stats.rnr_naks += 1;
+                    let timer = self
+                        .rc_dest(qp_id)
+                        .and_then(|d| self.qp(d))
+                        .map_or(0, |d| d.attrs.min_rnr_timer);
                     let Some(qp) = self.qp_mut(qp_id) else { return };
                     qp.rnr_attempts += 1;
                     let retry = qp.attrs.rnr_retry;
@@ -371,7 +381,7 @@ impl Engine {
                             ae::QP_RNR_RETRY_EXCEEDED,
                         );
                     } else {
-                        qp.rnr_wait = true;
+                        qp.rnr_retry_at = Some(env.now_us + rnr_timer_us(timer));
                         self.rnr_waiting.insert(qp_id);
                     }
                     return;
@@ -414,7 +424,7 @@ impl Engine {
     pub(super) fn enter_err(&mut self, env: &Env<'_>, qp_id: u32, sq_cqe: bool, rq_cqe: bool) {
         let Some(qp) = self.qp_mut(qp_id) else { return };
         qp.attrs.state = qp_state::ERR;
-        qp.rnr_wait = false;
+        qp.rnr_retry_at = None;
         qp.resp = Default::default();
         self.flush_sq(env, qp_id, sq_cqe);
         self.flush_rq(env, qp_id, rq_cqe);

@@ -310,12 +310,12 @@ impl Engine {
         self.flush_interrupts(env);
     }
 
-    /// Timer tick: retries local RC sends waiting after an RNR NAK, and runs the wire
+    /// Timer tick: retries local RC sends whose RNR timer expired, and runs the wire
     /// transport's timers (retransmission, RNR back-off) and pending transmissions.
     pub fn tick(&mut self, env: &Env<'_>) {
         self.take_host_fatal(env);
         if env.bus_master && !self.fatal {
-            self.retry_rnr(env, u32::MAX);
+            self.retry_rnr(env);
             self.transport_tick(env);
             self.cq_arm_checks(env);
         }
@@ -369,7 +369,6 @@ impl Engine {
                 log::debug!("CQ {cq_id}: shadow area not readable on arm");
             }
         }
-        self.retry_rnr(env, u32::MAX);
     }
 
     /// Raises the vector of every EQ that became due.

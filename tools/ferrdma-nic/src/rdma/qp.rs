@@ -39,8 +39,10 @@ pub struct Qp {
     pub comm_est_sent: bool,
     /// RNR NAKs received for the WQE at the SQ tail.
     pub rnr_attempts: u32,
-    /// Waiting for the responder to post a receive.
-    pub rnr_wait: bool,
+    /// After an RNR NAK of a local responder: when (device clock) the WQE at the SQ tail is
+    /// tried again, the responder's RNR timer after the NAK as on the wire. Nothing else
+    /// moves the SQ meanwhile, not even its doorbell.
+    pub rnr_retry_at: Option<u64>,
     /// Wire transport, requester side (peers that are not local).
     pub req: ReqState,
     /// Wire transport, responder side.
@@ -63,7 +65,7 @@ impl Qp {
         self.last_error = 0;
         self.comm_est_sent = false;
         self.rnr_attempts = 0;
-        self.rnr_wait = false;
+        self.rnr_retry_at = None;
         self.req = ReqState::default();
         self.resp = RespState::default();
     }

@@ -665,8 +665,8 @@ impl Engine {
             if !qp.resp.reads.is_empty() {
                 at(now);
             }
-            if qp.rnr_wait {
-                at(now + super::transport::MIN_TIMER_US);
+            if let Some(t) = qp.rnr_retry_at {
+                at(t);
             }
         }
         // Interrupts held back by moderation, and CQ arm checks.

@@ -2,6 +2,9 @@
 //! flushes, reflush, destroy quiescence, CQ overflow and hostile doorbells.
 
 use super::*;
+use crate::device::Clock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 fn events(r: &mut Rig) -> Vec<Eqe> {
     r.h.poll_eq(&mut r.aeq)
@@ -171,10 +174,31 @@ fn remote_access_errors_hit_both_sides() {
     );
 }
 
+/// Sets the manual device clock of `r` to `t` microseconds (returns the clock's handle).
+fn manual_clock(r: &mut Rig, t: u64) -> Arc<AtomicU64> {
+    let clock = Arc::new(AtomicU64::new(t));
+    r.h.dev().set_clock(Clock::Manual(Arc::clone(&clock)));
+    clock
+}
+
 #[test]
 fn rnr_retry_and_retry_exceeded() {
     let mut r = Rig::rc();
-    // rnr_retry 7 (infinite): the send waits until a receive is posted and anything rings.
+    let clock = manual_clock(&mut r, 1_000_000);
+    // The responder's RNR timer, code 14: 1.28 ms.
+    assert_eq!(
+        r.h.modify(
+            3,
+            qp_attr::MIN_RNR_TIMER,
+            QpAttrs {
+                min_rnr_timer: 14,
+                ..Default::default()
+            }
+        ),
+        0
+    );
+    // rnr_retry 7 (infinite): the send waits until a receive is posted and its RNR timer
+    // expires; the engine's timer is what retries it (the NIC is told of no receive).
     r.h.send(
         &mut r.a,
         &Wr {
@@ -186,11 +210,43 @@ fn rnr_retry_and_retry_exceeded() {
     );
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
     assert_eq!(r.h.stats().rnr_naks, 1);
+    assert_eq!(
+        r.h.dev().next_deadline(),
+        Some(1_001_280),
+        "the responder's timer"
+    );
     r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+    // Neither a tick before the timer nor another doorbell of the waiting QP retries it.
+    clock.store(1_001_279, Ordering::Relaxed);
+    r.h.dev().tick();
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 8)],
+            ..Default::default()
+        },
+    );
+    assert!(
+        r.h.poll_cq(&mut r.cq_a).is_empty(),
+        "retried before its timer"
+    );
+    assert_eq!(r.h.stats().rnr_naks, 1);
+    clock.store(1_001_280, Ordering::Relaxed);
     r.h.dev().tick();
     let c = r.h.poll_cq(&mut r.cq_a);
     assert_eq!((c.len(), c[0].error()), (1, None));
     assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
+    // The second send found no receive: waiting again, 1.28 ms from now.
+    assert_eq!(r.h.stats().rnr_naks, 2);
+    assert_eq!(r.h.dev().next_deadline(), Some(1_002_560));
+    r.h.post_recv(&mut r.b, &[r.buf_b.sg(0, 64)]);
+    clock.store(1_002_560, Ordering::Relaxed);
+    r.h.dev().tick();
+    assert_eq!(r.h.poll_cq(&mut r.cq_a).len(), 1);
+    assert_eq!(r.h.poll_cq(&mut r.cq_b).len(), 1);
+    assert_eq!(r.h.dev().next_deadline(), None, "nothing waits");
     // rnr_retry 0: immediate RNR_RETRY_EXC.
     assert_eq!(
         r.h.modify(
@@ -214,8 +270,9 @@ fn rnr_retry_and_retry_exceeded() {
     assert!(events(&mut r)
         .iter()
         .any(|e| e.code == ae::QP_RNR_RETRY_EXCEEDED));
-    // rnr_retry 2: fails on the third NAK.
+    // rnr_retry 2: fails on the third NAK, each after the responder's timer (0: 655.36 ms).
     let mut r = Rig::rc();
+    let clock = manual_clock(&mut r, 0);
     assert_eq!(
         r.h.modify(
             2,
@@ -235,8 +292,14 @@ fn rnr_retry_and_retry_exceeded() {
             ..Default::default()
         },
     );
+    clock.store(655_359, Ordering::Relaxed);
+    r.h.dev().tick();
+    assert_eq!(r.h.stats().rnr_naks, 1, "retried before the timer");
+    clock.store(655_360, Ordering::Relaxed);
     r.h.dev().tick();
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
+    assert_eq!(r.h.stats().rnr_naks, 2);
+    clock.store(2 * 655_360, Ordering::Relaxed);
     r.h.dev().tick();
     assert_eq!(
         r.h.poll_cq(&mut r.cq_a)[0].error(),
