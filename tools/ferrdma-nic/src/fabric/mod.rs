@@ -4,6 +4,7 @@
 //! runs it all on unix sockets.
 
 pub mod control;
+pub mod egress;
 pub mod fault;
 pub mod hub;
 pub mod pcap;

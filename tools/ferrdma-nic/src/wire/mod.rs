@@ -6,6 +6,7 @@
 pub mod aeth;
 pub mod bth;
 pub mod checksum;
+pub mod ecn;
 pub mod error;
 pub mod eth;
 pub mod ext;

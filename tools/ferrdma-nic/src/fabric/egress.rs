@@ -1,0 +1,500 @@
+//! The link model of one switch egress port (issue 18): a line rate, a propagation delay and
+//! an egress buffer in bytes, with RED-style ECN marking. Pure logic on a clock the caller
+//! gives in nanoseconds, and a seeded generator for the marking decisions, so a simulation
+//! that steps its own clock gets the same result on an idle or a loaded host.
+//!
+//! * A frame offered at `now` joins the FIFO if the bytes still queued (not yet serialised
+//!   to the last bit) plus its own fit in the buffer; else it is dropped, as lossy Ethernet
+//!   does (lossless mode, PFC, comes on top of this).
+//! * The line serialises one frame after the other at the line rate, each taking its bytes
+//!   plus [`WIRE_OVERHEAD`] (preamble, inter-frame gap and FCS, which frames here lack), so
+//!   a 1500-byte MTU link carries as many frames a second as a real one. A frame arrives at
+//!   the far end `delay` after its last bit left.
+//! * ECN: an ECN-capable frame is marked Congestion Experienced at enqueue with probability
+//!   0 while the queue (bytes, before it) is at most `kmin`, rising linearly to `pmax` at
+//!   `kmax`, and 1 beyond `kmax` (the RED profile DCQCN's switches run; mlx5 and the DCQCN
+//!   paper's Kmin/Kmax/Pmax). Frames that are not ECN-capable are never marked; only the
+//!   buffer limit drops them.
+//!
+//! Time inside is kept in picoseconds, so that back-to-back frames at 100 Gb/s do not
+//! accumulate rounding.
+
+use std::collections::VecDeque;
+
+use thiserror::Error;
+
+use crate::wire::ecn;
+
+/// Bytes a frame occupies on the line besides its own: preamble and SFD (8), FCS (4), the
+/// minimum inter-frame gap (12).
+pub const WIRE_OVERHEAD: u64 = 24;
+/// Highest line rate accepted (1.6 Tb/s, the fastest Ethernet standardised).
+pub const MAX_RATE_BPS: u64 = 1_600_000_000_000;
+/// Lowest line rate accepted (1 Mb/s): slower would make a jumbo frame take seconds.
+pub const MIN_RATE_BPS: u64 = 1_000_000;
+/// Largest egress buffer accepted (1 GiB; switch buffers are tens of MiB).
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
+/// Longest propagation delay accepted (1 s).
+pub const MAX_DELAY_NS: u64 = 1_000_000_000;
+
+/// Why a link configuration was refused.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum EgressError {
+    #[error("line rate {0} b/s is outside {MIN_RATE_BPS}..={MAX_RATE_BPS}")]
+    Rate(u64),
+    #[error("egress buffer of {0} bytes is outside 1..={MAX_BUFFER_BYTES} (a frame must fit)")]
+    Buffer(u64),
+    #[error("propagation delay {0} ns exceeds {MAX_DELAY_NS}")]
+    Delay(u64),
+    #[error("ECN thresholds inverted or empty: kmin {kmin} must be below kmax {kmax}")]
+    Thresholds { kmin: u64, kmax: u64 },
+    #[error("ECN kmax {kmax} exceeds the buffer of {buffer} bytes")]
+    KmaxAboveBuffer { kmax: u64, buffer: u64 },
+    #[error("ECN pmax {0} is not within (0, 1]")]
+    Pmax(f64),
+}
+
+/// RED-style ECN marking thresholds, in bytes of queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Red {
+    pub kmin: u64,
+    pub kmax: u64,
+    /// Marking probability at `kmax`.
+    pub pmax: f64,
+}
+
+/// One egress port's link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EgressConfig {
+    pub rate_bps: u64,
+    pub delay_ns: u64,
+    pub buffer_bytes: u64,
+    /// ECN marking, `None` for a switch that only drops.
+    pub red: Option<Red>,
+}
+
+impl EgressConfig {
+    /// Checks every field; the model assumes a valid configuration.
+    pub fn validate(&self) -> Result<(), EgressError> {
+        if !(MIN_RATE_BPS..=MAX_RATE_BPS).contains(&self.rate_bps) {
+            return Err(EgressError::Rate(self.rate_bps));
+        }
+        if !(1..=MAX_BUFFER_BYTES).contains(&self.buffer_bytes) {
+            return Err(EgressError::Buffer(self.buffer_bytes));
+        }
+        if self.delay_ns > MAX_DELAY_NS {
+            return Err(EgressError::Delay(self.delay_ns));
+        }
+        if let Some(r) = self.red {
+            if r.kmin >= r.kmax {
+                return Err(EgressError::Thresholds {
+                    kmin: r.kmin,
+                    kmax: r.kmax,
+                });
+            }
+            if r.kmax > self.buffer_bytes {
+                return Err(EgressError::KmaxAboveBuffer {
+                    kmax: r.kmax,
+                    buffer: self.buffer_bytes,
+                });
+            }
+            // NaN fails this test too.
+            if !(r.pmax > 0.0 && r.pmax <= 1.0) {
+                return Err(EgressError::Pmax(r.pmax));
+            }
+        }
+        Ok(())
+    }
+
+    /// Picoseconds the line takes to carry a frame of `len` bytes.
+    fn serialise_ps(&self, len: usize) -> u64 {
+        let bits = (len as u128 + u128::from(WIRE_OVERHEAD)) * 8;
+        // Rate >= 1 Mb/s and len < 2^32: at most ~3.4e16 ps, far inside u64.
+        (bits * 1_000_000_000_000 / u128::from(self.rate_bps)) as u64
+    }
+}
+
+/// What happened to an offered frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Queued,
+    /// Queued, with its ECN codepoint set to CE.
+    Marked,
+    /// The buffer had no room.
+    Dropped,
+}
+
+/// Counters of one egress port since it was created.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EgressCounters {
+    pub queued: u64,
+    pub marked: u64,
+    pub dropped: u64,
+    /// Bytes whose last bit left (frames without the wire overhead).
+    pub sent_bytes: u64,
+    /// The deepest the queue was, in bytes.
+    pub max_depth: u64,
+}
+
+/// SplitMix64, as the fault injection uses: the marking sequence depends on the seed alone.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn chance(&mut self, p: f64) -> bool {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+/// One egress port: its FIFO, the line and the frames propagating on it.
+#[derive(Debug)]
+pub struct Egress {
+    cfg: EgressConfig,
+    rng: Rng,
+    /// Frames not yet fully serialised, with the time (ps) their last bit leaves.
+    queue: VecDeque<(u64, Vec<u8>)>,
+    queued_bytes: u64,
+    /// When the line is free (ps): the last bit of the last queued frame.
+    line_free_ps: u64,
+    /// Frames on the wire, with their arrival time (ns) at the far end.
+    flight: VecDeque<(u64, Vec<u8>)>,
+    counters: EgressCounters,
+}
+
+impl Egress {
+    pub fn new(cfg: EgressConfig, seed: u64) -> Result<Self, EgressError> {
+        cfg.validate()?;
+        Ok(Egress {
+            cfg,
+            rng: Rng(seed),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            line_free_ps: 0,
+            flight: VecDeque::new(),
+            counters: EgressCounters::default(),
+        })
+    }
+
+    pub fn config(&self) -> &EgressConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> EgressCounters {
+        self.counters
+    }
+
+    /// Moves frames whose last bit has left by `now` from the queue onto the wire.
+    fn advance(&mut self, now_ns: u64) {
+        let now_ps = now_ns.saturating_mul(1000);
+        while let Some(&(done_ps, _)) = self.queue.front() {
+            if done_ps > now_ps {
+                break;
+            }
+            let Some((_, f)) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued_bytes -= f.len() as u64;
+            self.counters.sent_bytes += f.len() as u64;
+            let arrive = done_ps.div_ceil(1000).saturating_add(self.cfg.delay_ns);
+            self.flight.push_back((arrive, f));
+        }
+    }
+
+    /// Bytes queued at `now` (the frame on the line counts until its last bit left).
+    pub fn depth(&mut self, now_ns: u64) -> u64 {
+        self.advance(now_ns);
+        self.queued_bytes
+    }
+
+    /// The probability of marking an ECN-capable frame that finds `depth` bytes queued.
+    fn mark_probability(&self, depth: u64) -> f64 {
+        let Some(r) = self.cfg.red else { return 0.0 };
+        if depth <= r.kmin {
+            0.0
+        } else if depth > r.kmax {
+            1.0
+        } else {
+            r.pmax * (depth - r.kmin) as f64 / (r.kmax - r.kmin) as f64
+        }
+    }
+
+    /// Offers `frame` at `now`.
+    pub fn offer(&mut self, mut frame: Vec<u8>, now_ns: u64) -> Verdict {
+        self.advance(now_ns);
+        let len = frame.len() as u64;
+        if self.queued_bytes + len > self.cfg.buffer_bytes {
+            self.counters.dropped += 1;
+            return Verdict::Dropped;
+        }
+        let p = self.mark_probability(self.queued_bytes);
+        // Roll only for ECN-capable frames, so other traffic does not move the sequence.
+        let capable = p > 0.0 && ecn::ecn(&frame).is_some_and(|e| e.is_capable());
+        let marked = capable && self.rng.chance(p) && ecn::mark_ce(&mut frame);
+        let start = self.line_free_ps.max(now_ns.saturating_mul(1000));
+        let done = start.saturating_add(self.cfg.serialise_ps(frame.len()));
+        self.line_free_ps = done;
+        self.queued_bytes += len;
+        self.counters.max_depth = self.counters.max_depth.max(self.queued_bytes);
+        self.queue.push_back((done, frame));
+        self.counters.queued += 1;
+        if marked {
+            self.counters.marked += 1;
+            Verdict::Marked
+        } else {
+            Verdict::Queued
+        }
+    }
+
+    /// Frames that have arrived at the far end by `now`, in order.
+    pub fn poll(&mut self, now_ns: u64, out: &mut Vec<Vec<u8>>) {
+        self.advance(now_ns);
+        while self.flight.front().is_some_and(|(t, _)| *t <= now_ns) {
+            if let Some((_, f)) = self.flight.pop_front() {
+                out.push(f);
+            }
+        }
+    }
+
+    /// When `poll` next has a frame to give (ns), if any frame is queued or on the wire.
+    pub fn next_due(&self) -> Option<u64> {
+        if let Some((t, _)) = self.flight.front() {
+            return Some(*t);
+        }
+        self.queue
+            .front()
+            .map(|(done, _)| done.div_ceil(1000).saturating_add(self.cfg.delay_ns))
+    }
+
+    /// Loses everything queued or on the wire (a link taken down); returns how many frames.
+    pub fn clear(&mut self) -> usize {
+        let n = self.queue.len() + self.flight.len();
+        self.queue.clear();
+        self.flight.clear();
+        self.queued_bytes = 0;
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ecn::Ecn;
+
+    const GBPS: u64 = 1_000_000_000;
+
+    fn cfg(rate_gbps: u64, buffer: u64, red: Option<Red>) -> EgressConfig {
+        EgressConfig {
+            rate_bps: rate_gbps * GBPS,
+            delay_ns: 1000,
+            buffer_bytes: buffer,
+            red,
+        }
+    }
+
+    /// An IPv4 UDP frame of `len` bytes (>= 34) with ECN codepoint `e` and a valid checksum.
+    fn ip_frame(len: usize, e: Ecn) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[15] = (26 << 2) | e.bits();
+        f[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        let c = crate::wire::checksum::finish(crate::wire::checksum::add(0, &f[14..34]));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn hostile_configurations_are_refused() {
+        let ok = cfg(25, 1 << 20, None);
+        assert!(ok.validate().is_ok());
+        let bad = |f: &dyn Fn(&mut EgressConfig)| {
+            let mut c = ok;
+            f(&mut c);
+            Egress::new(c, 1).err()
+        };
+        assert_eq!(bad(&|c| c.rate_bps = 0), Some(EgressError::Rate(0)));
+        assert!(matches!(
+            bad(&|c| c.rate_bps = u64::MAX),
+            Some(EgressError::Rate(_))
+        ));
+        assert_eq!(bad(&|c| c.buffer_bytes = 0), Some(EgressError::Buffer(0)));
+        assert!(matches!(
+            bad(&|c| c.buffer_bytes = u64::MAX),
+            Some(EgressError::Buffer(_))
+        ));
+        assert!(matches!(
+            bad(&|c| c.delay_ns = u64::MAX),
+            Some(EgressError::Delay(_))
+        ));
+        let red = |kmin, kmax, pmax| {
+            move |c: &mut EgressConfig| {
+                c.red = Some(Red { kmin, kmax, pmax });
+            }
+        };
+        assert!(matches!(
+            bad(&red(200, 100, 0.1)),
+            Some(EgressError::Thresholds { .. })
+        ));
+        assert!(matches!(
+            bad(&red(100, 100, 0.1)),
+            Some(EgressError::Thresholds { .. })
+        ));
+        assert!(matches!(
+            bad(&red(100, 2 << 20, 0.1)),
+            Some(EgressError::KmaxAboveBuffer { .. })
+        ));
+        for p in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(
+                matches!(bad(&red(1, 2, p)), Some(EgressError::Pmax(_))),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn frames_leave_at_the_line_rate_and_arrive_after_the_delay() {
+        // 10 Gb/s: a 1476-byte frame plus 24 bytes overhead is 1500 bytes = 1200 ns.
+        let mut e = Egress::new(cfg(10, 1 << 20, None), 1).unwrap();
+        for _ in 0..3 {
+            assert_eq!(e.offer(vec![0; 1476], 0), Verdict::Queued);
+        }
+        assert_eq!(e.depth(0), 3 * 1476);
+        assert_eq!(e.next_due(), Some(1200 + 1000));
+        let mut out = Vec::new();
+        e.poll(2199, &mut out);
+        assert!(out.is_empty());
+        e.poll(2200, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            e.depth(2400),
+            1476,
+            "the third is on the line until 3600 ns"
+        );
+        e.poll(4600, &mut out);
+        assert_eq!(out.len(), 3);
+        assert_eq!(e.depth(4600), 0);
+        assert_eq!(e.next_due(), None);
+        // An idle line starts a new frame when it comes, not where the last one ended.
+        e.offer(vec![0; 1476], 10_000);
+        assert_eq!(e.next_due(), Some(10_000 + 1200 + 1000));
+        assert_eq!(e.counters().sent_bytes, 3 * 1476);
+    }
+
+    #[test]
+    fn no_rounding_drift_at_high_rates() {
+        // 100 Gb/s, 64-byte frames: 88 bytes = 7.04 ns each; a million of them take exactly
+        // 7.04 ms of line time.
+        let mut e = Egress::new(cfg(100, 1 << 30, None), 1).unwrap();
+        for _ in 0..1_000_000 {
+            e.offer(vec![0; 64], 0);
+        }
+        let mut out = Vec::new();
+        e.poll(7_040_000 + 999, &mut out);
+        assert_eq!(out.len(), 999_999);
+        e.poll(7_040_000 + 1000, &mut out);
+        assert_eq!(out.len(), 1_000_000);
+    }
+
+    #[test]
+    fn a_full_buffer_drops() {
+        let mut e = Egress::new(cfg(10, 4000, None), 1).unwrap();
+        assert_eq!(e.offer(vec![0; 2000], 0), Verdict::Queued);
+        assert_eq!(e.offer(vec![0; 2000], 0), Verdict::Queued);
+        assert_eq!(e.offer(vec![0; 1], 0), Verdict::Dropped);
+        // Once the first frame's last bit left (2024 bytes at 10 Gb/s = 1619.2 ns) there is
+        // room again.
+        assert_eq!(e.offer(vec![0; 2000], 1619), Verdict::Dropped);
+        assert_eq!(e.offer(vec![0; 2000], 1620), Verdict::Queued);
+        let c = e.counters();
+        assert_eq!((c.queued, c.dropped, c.max_depth), (3, 2, 4000));
+        assert_eq!(e.clear(), 2 + 1);
+        assert_eq!(e.depth(1620), 0);
+    }
+
+    #[test]
+    fn red_marks_ect_frames_by_queue_depth() {
+        let red = Red {
+            kmin: 10_000,
+            kmax: 50_000,
+            pmax: 0.2,
+        };
+        let mut e = Egress::new(cfg(1, 1 << 20, Some(red)), 7).unwrap();
+        // Below kmin nothing is marked.
+        for _ in 0..9 {
+            assert_eq!(e.offer(ip_frame(1000, Ecn::Ect0), 0), Verdict::Queued);
+        }
+        // Fill to just past kmax with frames that cannot be marked, then count marks.
+        for _ in 0..42 {
+            assert_eq!(e.offer(ip_frame(1000, Ecn::NotEct), 0), Verdict::Queued);
+        }
+        assert_eq!(e.depth(0), 51_000);
+        let mut f = ip_frame(1000, Ecn::Ect0);
+        assert_eq!(e.offer(f.clone(), 0), Verdict::Marked, "above kmax: always");
+        let mut out = Vec::new();
+        e.poll(u64::MAX / 2, &mut out);
+        let last = out.last().unwrap();
+        assert_eq!(ecn::ecn(last), Some(Ecn::Ce));
+        assert!(ecn::mark_ce(&mut f));
+        assert_eq!(last, &f, "marked exactly as mark_ce does");
+        assert_eq!(e.counters().marked, 1);
+    }
+
+    #[test]
+    fn red_marking_probability_is_linear_between_the_thresholds() {
+        let red = Red {
+            kmin: 0,
+            kmax: 100_000,
+            pmax: 0.5,
+        };
+        let e = Egress::new(cfg(1, 1 << 20, Some(red)), 1).unwrap();
+        assert_eq!(e.mark_probability(0), 0.0);
+        assert!((e.mark_probability(50_000) - 0.25).abs() < 1e-12);
+        assert!((e.mark_probability(100_000) - 0.5).abs() < 1e-12);
+        assert_eq!(e.mark_probability(100_001), 1.0);
+        // Statistically: the marks match the sum of the probabilities along a growing queue
+        // (10,000 frames at a rate at which none leaves).
+        let red = Red {
+            kmin: 0,
+            kmax: 10_000_000,
+            pmax: 0.5,
+        };
+        let mut e = Egress::new(cfg(1, 1 << 30, Some(red)), 3).unwrap();
+        let (mut marked, mut expected) = (0u32, 0.0);
+        for _ in 0..10_000 {
+            let depth = e.depth(0);
+            expected += e.mark_probability(depth);
+            if e.offer(ip_frame(1000, Ecn::Ect0), 0) == Verdict::Marked {
+                marked += 1;
+            }
+        }
+        // expected = 2499.75; the standard deviation is below 50.
+        assert!(
+            (f64::from(marked) - expected).abs() < 200.0,
+            "{marked} vs {expected}"
+        );
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_marks() {
+        let red = Some(Red {
+            kmin: 1000,
+            kmax: 20_000,
+            pmax: 0.5,
+        });
+        let run = |seed| {
+            let mut e = Egress::new(cfg(1, 1 << 20, red), seed).unwrap();
+            (0..100)
+                .map(|i| e.offer(ip_frame(500, Ecn::Ect1), i * 10))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(5), run(5));
+        assert_ne!(run(5), run(6));
+    }
+}
