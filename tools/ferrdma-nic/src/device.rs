@@ -221,6 +221,20 @@ impl Device {
         self.engine.set_caps_plan(plan);
     }
 
+    /// Shares the host's congestion control knob (the fabric's control socket) with the
+    /// engine.
+    pub fn set_cc_knob(&mut self, knob: std::sync::Arc<crate::rdma::congestion::CcKnob>) {
+        self.engine.set_cc_knob(knob);
+    }
+
+    /// Congestion control settings (ECN, DCQCN), kept across resets: a host setting.
+    pub fn set_cc(
+        &mut self,
+        cc: crate::rdma::congestion::CcConfig,
+    ) -> Result<(), crate::rdma::congestion::CcError> {
+        self.engine.set_cc(cc)
+    }
+
     /// The RDMA engine (for inspection).
     pub fn engine(&self) -> &Engine {
         &self.engine

@@ -17,6 +17,7 @@ use ferrdma_nic::fabric::hub::{Faults, Hub, NicAttachment, ENGINE_QUEUE};
 use ferrdma_nic::fabric::queue::frame_queue;
 use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::rdma::caps::CapsPlan;
+use ferrdma_nic::rdma::congestion::CcConfig;
 use ferrdma_nic::vfio::socket::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
@@ -82,6 +83,13 @@ struct Cli {
     #[arg(long, value_name = "PROFILE[,PROFILE...]", value_parser = parse_caps_plan)]
     hostile_caps: Option<String>,
 
+    /// Congestion control of every NIC (the control socket's `cc nic:N` changes one at run
+    /// time): KEY=VALUE,... with keys ecn and dcqcn (on|off, default off), line-mbps (the
+    /// port speed DCQCN recovers to, default 100000) and DCQCN's parameters by their mlx5
+    /// roce_np/roce_rp names (see rdma/congestion.rs). Example: ecn=on,dcqcn=on
+    #[arg(long, value_name = "SPEC", value_parser = parse_cc)]
+    cc: Option<CcConfig>,
+
     /// Serve each NIC's clients one after another until stopped (SIGTERM): a client that
     /// disconnects is the function hot-unplugged (QMP device_del), the next one the function
     /// plugged in again (device_add), on a reset device. Without it a NIC ends with its
@@ -122,6 +130,10 @@ fn parse_fault(s: &str) -> Result<(usize, FaultConfig), String> {
 }
 
 /// Checks `--hostile-caps` (each NIC parses it again for its own plan).
+fn parse_cc(s: &str) -> Result<CcConfig, String> {
+    CcConfig::default().with_spec(s).map_err(|e| e.to_string())
+}
+
 fn parse_caps_plan(s: &str) -> Result<String, String> {
     CapsPlan::parse(s).map_err(|e| e.to_string())?;
     Ok(s.to_string())
@@ -242,6 +254,12 @@ fn main() -> ExitCode {
         });
         match Hub::start(&cli.lans, capture.as_ref(), attach, faults) {
             Ok(hub) => {
+                if let Some(cc) = cli.cc {
+                    if let Err(e) = hub.control.set_cc_all(cc) {
+                        log::error!("--cc: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
                 if let Some(path) = &cli.control {
                     let (listener, file) = match bind(path) {
                         Ok(b) => b,

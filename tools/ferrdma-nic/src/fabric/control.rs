@@ -9,6 +9,9 @@
 //! * `fault PORT SPEC`: the fault injection of PORT from now on, SPEC as for `--fault`
 //!   (`drop=P,dup=P,reorder=P,delay=P,delay-ms=MS`); `fault PORT off` ends it.
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
+//! * `cc nic:N [SPEC]`: NIC N's congestion control (`rdma/congestion.rs`), changed by SPEC
+//!   (`ecn=on,dcqcn=on,rpg_ai_rate=40,...`; refused whole if any part is bad), then shown as
+//!   one line of every setting.
 //! * `sabotage nic:N write-byte=OFFSET`, `sabotage nic:N off`: TEST ONLY. While armed, NIC
 //!   N's responder flips one bit of the byte at message offset OFFSET of every RDMA WRITE
 //!   it places (`rdma/sabotage.rs`), to prove the data-checking tests catch corruption.
@@ -80,6 +83,11 @@ pub enum Command {
         nic: usize,
         knob: SabotageKnob,
     },
+    /// NIC `nic`'s congestion control: shown, or changed by `spec` (KEY=VALUE,...).
+    Cc {
+        nic: usize,
+        spec: Option<String>,
+    },
     Stats,
     Help,
 }
@@ -111,6 +119,7 @@ pub const HELP: &[&str] = &[
     "link PORT... up|down",
     "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS",
     "stats",
+    "cc nic:N [KEY=VALUE,...]    congestion control of NIC N: ecn, dcqcn (on|off), line-mbps, DCQCN's roce_np/roce_rp parameters",
     "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
     "sabotage nic:N admin=stall|admin=run    TEST ONLY: NIC N's admin queue stops (resumes) answering",
     "sabotage nic:N fatal    TEST ONLY: NIC N's engine fails fatally (until the guest resets it)",
@@ -192,6 +201,18 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 _ => return Err(ParseError::Usage(USAGE)),
             };
             Command::Sabotage { nic, knob }
+        }
+        "cc" => {
+            const USAGE: &str = "cc nic:N [KEY=VALUE,...]";
+            let (port, spec) = match words[1..] {
+                [port] => (port, None),
+                [port, spec] => (port, Some(spec.to_string())),
+                _ => return Err(ParseError::Usage(USAGE)),
+            };
+            let PortRef::Nic(nic) = parse_port(port)? else {
+                return Err(ParseError::Usage(USAGE));
+            };
+            Command::Cc { nic, spec }
         }
         "stats" if words.len() == 1 => Command::Stats,
         "stats" => return Err(ParseError::Usage("stats")),

@@ -44,6 +44,7 @@ use super::pcap::{Capture, PcapWriter};
 use super::queue::FrameSender;
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
+use crate::rdma::congestion::{CcConfig, CcKnob};
 use crate::rdma::sabotage::Sabotage;
 use crate::vfio::socket::{bind, ServeError, SocketFile};
 
@@ -123,9 +124,16 @@ pub struct HubControl {
     /// Each NIC's test-only WRITE corruption knob (shared with its engine through its
     /// [`EnginePort`]).
     sabotage: Vec<Arc<Sabotage>>,
+    /// Each NIC's congestion control settings (likewise).
+    cc: Vec<Arc<CcKnob>>,
 }
 
 impl HubControl {
+    /// Gives every NIC `cfg` (the command line's `--cc`, before any guest runs).
+    pub fn set_cc_all(&self, cfg: CcConfig) -> Result<(), crate::rdma::congestion::CcError> {
+        self.cc.iter().try_for_each(|k| k.set(cfg))
+    }
+
     /// Writes out what the capture holds (at shutdown: the process exits without unwinding).
     pub fn flush_capture(&self) {
         self.shared.lock().flush();
@@ -173,6 +181,17 @@ impl control::Apply for HubControl {
                     }
                 }]);
             }
+            Command::Cc { nic, spec } => {
+                let Some(knob) = self.cc.get(*nic) else {
+                    return Err(format!("no nic:{nic}: there are {} NICs", self.nics));
+                };
+                if let Some(spec) = spec {
+                    let cfg = knob.get().with_spec(spec).map_err(|e| e.to_string())?;
+                    knob.set(cfg).map_err(|e| e.to_string())?;
+                    log::info!("control: nic:{nic} congestion control {}", cfg.spec());
+                }
+                return Ok(vec![format!("nic:{nic} {}", knob.get().spec())]);
+            }
             Command::Stats | Command::Help => &[],
         };
         for port in ports {
@@ -204,9 +223,16 @@ pub struct EnginePort {
     port: PortId,
     shared: Shared,
     sabotage: Arc<Sabotage>,
+    cc: Arc<CcKnob>,
 }
 
 impl EnginePort {
+    /// The NIC's congestion control settings, which the command line and the control
+    /// socket set.
+    pub fn cc(&self) -> Arc<CcKnob> {
+        Arc::clone(&self.cc)
+    }
+
     /// The NIC's test-only WRITE corruption knob, which the control socket sets.
     pub fn sabotage(&self) -> Arc<Sabotage> {
         Arc::clone(&self.sabotage)
@@ -260,6 +286,7 @@ impl Hub {
         let next_port = Arc::new(AtomicUsize::new(nics.len()));
         let live = Arc::new(AtomicUsize::new(0));
         let sabotage: Vec<Arc<Sabotage>> = nics.iter().map(|_| Arc::default()).collect();
+        let cc: Vec<Arc<CcKnob>> = nics.iter().map(|_| Arc::default()).collect();
         let nic_count = nics.len();
         let engines: Vec<(Mac, PortId, FrameSender)> = nics
             .into_iter()
@@ -277,6 +304,7 @@ impl Hub {
                 port,
                 shared: shared.clone(),
                 sabotage: Arc::clone(&sabotage[port]),
+                cc: Arc::clone(&cc[port]),
             })
             .collect();
         let control = HubControl {
@@ -284,6 +312,7 @@ impl Hub {
             lans: lans.len(),
             nics: nic_count,
             sabotage,
+            cc,
         };
         spawn("fabric-timer", move || run_timer(&core, &wakeups))?;
         for (lan, (listener, file)) in bound.into_iter().enumerate() {
@@ -538,7 +567,7 @@ impl SwitchState {
             }
             Command::Stats => Ok(self.stats_lines()),
             // Applied by `HubControl` itself; never sent here.
-            Command::Help | Command::Sabotage { .. } => Ok(Vec::new()),
+            Command::Help | Command::Sabotage { .. } | Command::Cc { .. } => Ok(Vec::new()),
         }
     }
 
@@ -997,6 +1026,48 @@ mod tests {
             knob: SabotageKnob::WriteByte(Some(1)),
         };
         assert!(hub.control.apply(none).unwrap_err().contains("no nic:2"));
+    }
+
+    /// `cc nic:N SPEC` changes exactly NIC N's settings, which an engine sharing the knob
+    /// takes at its next step; a bad SPEC changes nothing.
+    #[test]
+    fn control_sets_one_nics_congestion_control() {
+        use super::super::control::handle_line;
+        let nics = (0..2)
+            .map(|i| NicAttachment {
+                mac: [0x52, 0x54, 0, 0, 1, i],
+                inbound: super::super::queue::frame_queue(4).0,
+            })
+            .collect();
+        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        let knobs: Vec<_> = hub.engine_ports.iter().map(|p| p.cc()).collect();
+        let mut engine = crate::rdma::Engine::new();
+        engine.set_cc_knob(Arc::clone(&knobs[1]));
+        assert!(!engine.cc().ecn, "off by default");
+        let reply = handle_line(b"cc nic:1 ecn=on,dcqcn=on,rpg_ai_rate=5", &hub.control)
+            .unwrap()
+            .unwrap();
+        assert!(reply[0].starts_with("nic:1 ecn=on,dcqcn=on,"), "{reply:?}");
+        assert!(!knobs[0].get().ecn && knobs[1].get().ecn);
+        engine.set_cc_knob(Arc::clone(&knobs[1]));
+        assert_eq!(engine.cc().rp.rpg_ai_rate, 5);
+        let bad = handle_line(b"cc nic:1 ecn=off,dce_tcp_g=5000", &hub.control).unwrap();
+        assert!(bad.unwrap_err().contains("dce_tcp_g"));
+        assert!(knobs[1].get().ecn, "a refused SPEC changes nothing");
+        let shown = handle_line(b"cc nic:0", &hub.control).unwrap().unwrap();
+        assert!(
+            shown[0].starts_with("nic:0 ecn=off,dcqcn=off,"),
+            "{shown:?}"
+        );
+        assert!(handle_line(b"cc nic:2", &hub.control)
+            .unwrap()
+            .unwrap_err()
+            .contains("no nic:2"));
+        assert!(handle_line(b"cc lan:0 ecn=on", &hub.control)
+            .unwrap()
+            .is_err());
+        hub.control.set_cc_all(knobs[1].get()).unwrap();
+        assert!(knobs[0].get().dcqcn);
     }
 
     #[test]

@@ -425,6 +425,7 @@ impl Engine {
             rnr_retry_at: None,
             req: Default::default(),
             resp: Default::default(),
+            cc: Default::default(),
         };
         self.qps.insert(c.qp_id, qp);
         Ok(0)

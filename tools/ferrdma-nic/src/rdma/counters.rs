@@ -94,10 +94,7 @@ impl Engine {
             Some(Request::Read) => c.rx_reads += 1,
             None => {}
         }
-        if opcode == op::CNP {
-            // No congestion control yet (issue 18): a CNP changes nothing.
-            c.cnps_ignored += 1;
-        }
+
         ipv4
     }
 

@@ -8,8 +8,10 @@
 mod admin;
 pub mod caps;
 mod commands;
+pub mod congestion;
 mod counters;
 pub mod cq;
+pub mod dcqcn;
 pub mod eq;
 mod exec;
 pub mod grh;
@@ -112,6 +114,11 @@ pub struct Engine {
     caps_plan: Option<Arc<caps::CapsPlan>>,
     /// The host's test-only WRITE corruption knob (`sabotage.rs`); off unless armed.
     sabotage: Arc<sabotage::Sabotage>,
+    /// Congestion control (`congestion.rs`), a host setting kept across resets: the
+    /// knob's value as of `cc_generation`.
+    cc: congestion::CcConfig,
+    cc_knob: Arc<congestion::CcKnob>,
+    cc_generation: u64,
 }
 
 impl Default for Engine {
@@ -149,17 +156,22 @@ impl Engine {
             ip_id: 0,
             caps_plan: None,
             sabotage: Arc::default(),
+            cc: congestion::CcConfig::default(),
+            cc_knob: Arc::default(),
+            cc_generation: 0,
         }
     }
 
-    /// Returns the engine to its reset state but keeps the host's test knobs
-    /// (`--hostile-caps`, the WRITE sabotage): they are not guest state.
+    /// Returns the engine to its reset state but keeps the host's knobs (`--hostile-caps`,
+    /// the WRITE sabotage, congestion control): they are not guest state.
     pub fn reset_keeping_host_knobs(&mut self) {
         let plan = self.caps_plan.take();
         let sabotage = std::mem::take(&mut self.sabotage);
+        let (cc, cc_knob, cc_generation) = (self.cc, Arc::clone(&self.cc_knob), self.cc_generation);
         *self = Self::new();
         self.caps_plan = plan;
         self.sabotage = sabotage;
+        (self.cc, self.cc_knob, self.cc_generation) = (cc, cc_knob, cc_generation);
     }
 
     /// Answers QUERY_CAPS from `plan` from now on (`--hostile-caps`, test only).
@@ -215,6 +227,8 @@ impl Engine {
     /// every entry into the engine, so the state begins at a well-defined point between two
     /// operations, never inside one.
     fn take_host_fatal(&mut self, env: &Env<'_>) {
+        // The host's other knob, congestion control, is taken at the same points.
+        self.take_host_cc();
         if self.sabotage.take_fatal() {
             self.enter_fatal(env, crate::interface::fatal_cause::INJECTED);
         }
@@ -316,6 +330,7 @@ impl Engine {
         self.take_host_fatal(env);
         if env.bus_master && !self.fatal {
             self.retry_rnr(env);
+            self.cc_tick(env);
             self.transport_tick(env);
             self.cq_arm_checks(env);
         }

@@ -51,14 +51,14 @@ impl Engine {
         self.outbox.len() + n <= MAX_OUTBOX
     }
 
-    /// Builds a frame to the path `a` and queues it for the fabric.
+    /// Builds a frame to the path `a` and queues it for the fabric; returns its length.
     pub(super) fn transmit(
         &mut self,
         a: &QpAttrs,
         bth: Bth,
         ext: ExtHeaders,
         payload: &[u8],
-    ) -> Result<(), PathError> {
+    ) -> Result<usize, PathError> {
         if !self.port.link_up {
             return Err(PathError::LinkDown);
         }
@@ -72,12 +72,13 @@ impl Engine {
             .copied()
             .ok_or(PathError::NoSgid)?;
         let v4 = a.av_flags & AV_FLAG_IPV4 != 0 || is_v4_mapped(&a.dgid);
+        let traffic_class = self.tx_traffic_class(a.traffic_class);
         let ip = if v4 {
             self.ip_id = self.ip_id.wrapping_add(1);
             IpHeader::V4(Ipv4Header {
                 src: [sgid.gid[12], sgid.gid[13], sgid.gid[14], sgid.gid[15]],
                 dst: [a.dgid[12], a.dgid[13], a.dgid[14], a.dgid[15]],
-                traffic_class: a.traffic_class,
+                traffic_class,
                 ttl: if a.hop_limit == 0 { 64 } else { a.hop_limit },
                 identification: self.ip_id,
             })
@@ -85,7 +86,7 @@ impl Engine {
             IpHeader::V6(Ipv6Header {
                 src: sgid.gid,
                 dst: a.dgid,
-                traffic_class: a.traffic_class,
+                traffic_class,
                 flow_label: a.flow_label & 0xf_ffff,
                 hop_limit: if a.hop_limit == 0 { 64 } else { a.hop_limit },
             })
@@ -115,8 +116,9 @@ impl Engine {
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += payload.len() as u64;
         self.count_tx(v4, vlan.is_some(), frame.len(), bth.opcode);
+        let len = frame.len();
         self.outbox.push_back(frame);
-        Ok(())
+        Ok(len)
     }
 
     /// Frames waiting for the fabric, oldest first (the caller sends them in order).

@@ -47,6 +47,8 @@ pub struct Qp {
     pub req: ReqState,
     /// Wire transport, responder side.
     pub resp: RespState,
+    /// Congestion control: CNPs sent, DCQCN's rate limiter.
+    pub cc: super::congestion::QpCc,
 }
 
 impl Qp {
@@ -68,6 +70,7 @@ impl Qp {
         self.rnr_retry_at = None;
         self.req = ReqState::default();
         self.resp = RespState::default();
+        self.cc = Default::default();
     }
 
     /// Advances the SQ tail by `n` quanta, flipping the polarity on wrap.

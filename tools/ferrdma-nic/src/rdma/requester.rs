@@ -261,6 +261,7 @@ impl Engine {
                 || qp.req.rnr_until.is_some()
                 || !self.tx_room(1)
                 || qp.req.inflight_pkts() >= MAX_INFLIGHT_PKTS
+                || !qp.cc.may_send(env.now_us)
             {
                 return;
             }
@@ -277,8 +278,11 @@ impl Engine {
                 return;
             }
             let attrs = qp.attrs;
+            // A QP DCQCN paces asks for an ACK with every packet: at a low rate the next
+            // ACK request could be further away than the retransmission timer.
+            let paced = qp.cc.limiter.is_some();
             let pkt = request_packet(env.mem, &self.mrs, p, mtu, attrs.dest_qpn);
-            let (b, ext, payload, covers) = match pkt {
+            let (mut b, ext, payload, covers) = match pkt {
                 Ok(x) => x,
                 Err(SegFault) => {
                     self.stats.dma_faults += 1;
@@ -286,8 +290,9 @@ impl Engine {
                     return;
                 }
             };
+            b.ack_req |= paced;
             match self.transmit(&attrs, b, ext, &payload) {
-                Ok(()) => {}
+                Ok(len) => self.cc_sent(env, qp_id, len),
                 Err(PathError::Full) => return,
                 Err(e) => {
                     log::debug!("QP {qp_id}: cannot send: {e}");
@@ -656,13 +661,18 @@ impl Engine {
             } else if qp.req.pending.iter().any(|p| !p.all_sent())
                 && qp.req.inflight_pkts() < MAX_INFLIGHT_PKTS
                 && matches!(qp.state(), qp_state::RTS | qp_state::SQD)
+                && qp.cc.may_send(now)
             {
                 at(now);
+            }
+            // DCQCN: the limiter's timers, and when a paced packet may leave.
+            if let Some(t) = qp.cc.deadline(now) {
+                at(t);
             }
             if let Some(t) = qp.req.deadline {
                 at(t);
             }
-            if !qp.resp.reads.is_empty() {
+            if !qp.resp.reads.is_empty() && qp.cc.may_send(now) {
                 at(now);
             }
             if let Some(t) = qp.rnr_retry_at {

@@ -72,6 +72,7 @@ impl Engine {
             return;
         }
         let ipv4 = self.count_rx(&h.ip, h.eth.vlan.is_some(), frame.len(), h.bth.opcode);
+        self.notify_congestion(env, &h);
         // Every drop of a valid frame below counts in rx_drops: one more is a discard.
         let drops = self.stats.rx_drops;
         match h.bth.opcode {
@@ -93,7 +94,7 @@ impl Engine {
             op::RC_SEND_FIRST..=op::RC_READ_REQUEST
             | op::RC_SEND_LAST_INV
             | op::RC_SEND_ONLY_INV => self.rx_request(env, &h, payload),
-            op::CNP => {}
+            op::CNP => self.rx_cnp(env, &h),
             o => {
                 log::debug!("dropping opcode {o:#x} (not supported)");
                 self.stats.rx_drops += 1;
@@ -562,7 +563,7 @@ impl Engine {
                 return;
             }
             let Some(q) = self.qp(qpn) else { return };
-            if !q.can_receive() {
+            if !q.can_receive() || !q.cc.may_send(env.now_us) {
                 return;
             }
             let Some(r) = q.resp.reads.front() else {
@@ -596,7 +597,7 @@ impl Engine {
             };
             let attrs = q.attrs;
             match self.transmit(&attrs, bth(opcode, attrs.dest_qpn, psn), ext, &buf) {
-                Ok(()) => {}
+                Ok(len) => self.cc_sent(env, qpn, len),
                 Err(PathError::Full) => return,
                 Err(e) => {
                     log::debug!("QP {qpn}: READ response not sent: {e}");

@@ -177,6 +177,7 @@ pub fn serve(
         Some(f) => {
             let port = f.port;
             device.set_sabotage(port.sabotage());
+            device.set_cc_knob(port.cc());
             device.set_sink(TxSink(Box::new(move |frame| port.send(frame))));
             Some(f.inbound)
         }
