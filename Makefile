@@ -6,6 +6,7 @@
 #   make run     boot VMs with ferrdma NICs on one fabric and run the demo
 #   make check   all tests: device-model unit tests, kernel build, KUnit and VM tests
 #   make bench   ferrdma vs rxe on the same two VMs, and the host's memcpy: table, CSV, plots
+#   make incast  N senders to one receiver, lossy and with DCQCN: time series CSV and a PNG
 #   make fuzz-uverbs   the uverbs fuzzer, long: FUZZ_COMMANDS (1000000) with FUZZ_SEED (fresh)
 #   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #   make check-kasan   the driver-heavy VM tests on the KASAN kernel (~20 min)
@@ -17,7 +18,7 @@ FERRDMA_CACHE ?= /var/cache/ferrdma
 export FERRDMA_CACHE
 export CARGO_TARGET_DIR ?= $(FERRDMA_CACHE)/cargo-target
 
-.PHONY: all help sysroot kernel kernel-kasan nic progs kmod run bench fuzz-uverbs fuzz-nic check check-kasan check-nic check-vm check-baseline fmt clean-cache
+.PHONY: all help sysroot kernel kernel-kasan nic progs kmod run bench incast fuzz-uverbs fuzz-nic check check-kasan check-nic check-vm check-baseline fmt clean-cache
 
 all: kernel nic
 
@@ -54,6 +55,10 @@ run: kernel nic
 # ~40 min with BENCH_REPS=3 under TCG; the run's directory is printed (table, CSV, plots).
 bench: kernel nic
 	@scripts/bench.sh
+
+# Issue 18's incast experiment (lossy and DCQCN) as CSV and a PNG; under a minute.
+incast: sysroot
+	@scripts/incast.sh
 
 # The uverbs fuzzer of make check (tests/uverbs-fuzz-ferrdma.sh), longer and with a fresh seed
 # unless FUZZ_SEED replays one; about 1 s per 1000 commands under TCG plus a minute.

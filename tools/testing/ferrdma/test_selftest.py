@@ -21,6 +21,7 @@ import vmharness  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
 import report  # noqa: E402
+import incast_plot  # noqa: E402
 
 
 class SplatTest(unittest.TestCase):
@@ -1034,6 +1035,55 @@ class BenchReportTest(unittest.TestCase):
             for p in made:
                 with open(p, "rb") as f:
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", p)
+
+
+class IncastPlotTest(unittest.TestCase):
+    """bench/incast_plot.py: make incast's CSV to a summary and incast.png; bad rows."""
+
+    HEADER = ("scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,sender,gbps,"
+              "rate_gbps\n")
+    ROWS = ("lossy,2,10,20480,204800,100,500000,3,0,1,10.0,10.0\n"
+            "lossy,2,10,20480,204800,100,500000,3,0,2,0.0,10.0\n"
+            "lossy,2,10,20480,204800,200,400000,0,0,1,5.0,10.0\n"
+            "lossy,2,10,20480,204800,200,400000,0,0,2,5.0,10.0\n"
+            "dcqcn,2,10,20480,204800,100,50000,0,4,1,4.5,5.0\n"
+            "dcqcn,2,10,20480,204800,100,50000,0,4,2,4.5,5.0\n")
+
+    def write(self, d, text):
+        path = os.path.join(d, "incast.csv")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.HEADER + text)
+        return path
+
+    def test_summary_per_scenario(self):
+        with tempfile.TemporaryDirectory() as d:
+            runs = incast_plot.load(self.write(d, self.ROWS))
+        self.assertEqual(list(runs), ["lossy", "dcqcn"])
+        self.assertEqual(incast_plot.summary("lossy", runs["lossy"]),
+                         "lossy: 2 senders, 0 ms: 10.00 Gb/s of 10 through the bottleneck, "
+                         "Jain 0.800, drops 3, queue max 488 KiB")
+
+    def test_a_bad_row_is_an_error(self):
+        for bad in ("lossy,2,10,20480,204800,soon,1,0,0,1,1.0,1.0\n", "lossy,2\n", ""):
+            with self.subTest(bad=bad), tempfile.TemporaryDirectory() as d, \
+                    self.assertRaises(SystemExit):
+                incast_plot.load(self.write(d, bad))
+
+    def test_main_draws_a_png(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("no matplotlib (the sysroot has it)")
+        with tempfile.TemporaryDirectory() as d:
+            src = self.write(d, self.ROWS)
+            with open(os.devnull, "w", encoding="utf-8") as null:
+                saved, sys.stdout = sys.stdout, null
+                try:
+                    self.assertEqual(incast_plot.main(["incast_plot.py", src, d]), 0)
+                finally:
+                    sys.stdout = saved
+            with open(os.path.join(d, "incast.png"), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":

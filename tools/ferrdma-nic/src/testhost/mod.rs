@@ -15,6 +15,7 @@ mod event_tests;
 mod fastreg_tests;
 mod fatal_tests;
 mod fuzz;
+mod incast_tests;
 mod local_dma_tests;
 mod mcast_tests;
 mod protection_tests;

@@ -13,16 +13,16 @@ use crate::fabric::fault::{FaultConfig, Link};
 use crate::fabric::pcap::PcapWriter;
 use crate::rdma::transport::MAX_OUTBOX;
 
-const QPN: u32 = 2;
+pub(super) const QPN: u32 = 2;
 const UDQPN: u32 = 3;
 const QKEY: u32 = 0x1111_2222;
 const ACC: u32 = MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE;
 
-fn mac(i: u8) -> [u8; 6] {
+pub(super) fn mac(i: u8) -> [u8; 6] {
     [2, 0, 0, 0, 0x10, i]
 }
 
-fn gid(i: u8) -> [u8; 16] {
+pub(super) fn gid(i: u8) -> [u8; 16] {
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, i]
 }
 
@@ -33,12 +33,12 @@ fn gid6(i: u8) -> [u8; 16] {
 
 /// Transport parameters of a connection.
 #[derive(Clone, Copy)]
-struct Path {
-    mtu: u8,
-    timeout: u8,
-    retry_cnt: u8,
-    rnr_retry: u8,
-    min_rnr_timer: u8,
+pub(super) struct Path {
+    pub(super) mtu: u8,
+    pub(super) timeout: u8,
+    pub(super) retry_cnt: u8,
+    pub(super) rnr_retry: u8,
+    pub(super) min_rnr_timer: u8,
 }
 
 impl Default for Path {
@@ -55,15 +55,15 @@ impl Default for Path {
 
 /// A registered, physically contiguous buffer.
 #[derive(Clone, Copy)]
-struct Mem {
-    gpa: u64,
-    va: u64,
-    len: u64,
-    stag: u32,
+pub(super) struct Mem {
+    pub(super) gpa: u64,
+    pub(super) va: u64,
+    pub(super) len: u64,
+    pub(super) stag: u32,
 }
 
 impl Mem {
-    fn sg(&self, off: u64, len: u32) -> Sg {
+    pub(super) fn sg(&self, off: u64, len: u32) -> Sg {
         Sg {
             addr: self.va + off,
             len,
@@ -72,17 +72,17 @@ impl Mem {
     }
 }
 
-struct Nic {
-    h: Host,
-    aeq: EqH,
-    scq: CqH,
-    rcq: CqH,
-    qp: QpH,
-    ud: QpH,
-    src: Mem,
-    dst: Mem,
+pub(super) struct Nic {
+    pub(super) h: Host,
+    pub(super) aeq: EqH,
+    pub(super) scq: CqH,
+    pub(super) rcq: CqH,
+    pub(super) qp: QpH,
+    pub(super) ud: QpH,
+    pub(super) src: Mem,
+    pub(super) dst: Mem,
     /// IPv6 GIDs and a VLAN-tagged path instead of IPv4.
-    v6: bool,
+    pub(super) v6: bool,
 }
 
 impl Nic {
@@ -94,7 +94,7 @@ impl Nic {
         Self::build(i, clock, buf, false)
     }
 
-    fn build(i: u8, clock: Clock, buf: u64, v6: bool) -> Self {
+    pub(super) fn build(i: u8, clock: Clock, buf: u64, v6: bool) -> Self {
         let mut h = Host::with_ram(2 * buf.next_multiple_of(2 << 20) + (16 << 20));
         h.dev().set_clock(clock);
         let mut aeq = h.create_eq(0, EQ_KIND_AEQ, 0, 256);
@@ -145,7 +145,15 @@ impl Nic {
     }
 
     /// RESET -> INIT -> RTR -> RTS of QP `qpn` towards QP `dest` of NIC `peer`.
-    fn connect_qp(&mut self, qpn: u32, dest: u32, peer: u8, p: Path, sq_psn: u32, rq_psn: u32) {
+    pub(super) fn connect_qp(
+        &mut self,
+        qpn: u32,
+        dest: u32,
+        peer: u8,
+        p: Path,
+        sq_psn: u32,
+        rq_psn: u32,
+    ) {
         let attrs = |state| QpAttrs {
             state,
             access: QP_ACCESS_REMOTE_READ | QP_ACCESS_REMOTE_WRITE,
