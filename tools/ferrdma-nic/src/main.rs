@@ -51,7 +51,8 @@ struct Cli {
     macs: Vec<[u8; 6]>,
 
     /// Fault injection on the ports of the --lan socket at position N (0-based), e.g.
-    /// 1:drop=0.05,dup=0.01,reorder=0.01,delay=0.1,delay-ms=20. Repeatable.
+    /// 1:drop=0.05,dup=0.01,reorder=0.01,delay=0.1,delay-ms=20. ce=P marks ECN-capable frames
+    /// Congestion Experienced. Repeatable.
     #[arg(long = "fault", value_name = "N:SPEC", value_parser = parse_fault, requires = "lans")]
     faults: Vec<(usize, FaultConfig)>,
 

@@ -7,7 +7,11 @@
 //!   down no frame is sent out of it or taken in from it, as with a pulled cable (frames it
 //!   held back for delay or reorder are lost).
 //! * `fault PORT SPEC`: the fault injection of PORT from now on, SPEC as for `--fault`
-//!   (`drop=P,dup=P,reorder=P,delay=P,delay-ms=MS`); `fault PORT off` ends it.
+//!   (`drop=P,dup=P,reorder=P,delay=P,delay-ms=MS,ce=P`); `fault PORT off` ends it.
+//! * `shape PORT SPEC`, `shape PORT off`: the link model of PORT's egress (`egress.rs`): SPEC
+//!   `rate-mbps=N,delay-us=N,buffer=BYTES[,kmin=BYTES,kmax=BYTES,pmax=P]`; frames to PORT
+//!   leave at the line rate after the delay, drop when the buffer is full and are marked CE
+//!   by RED between kmin and kmax. On the host's real clock: a model, not a simulation.
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
 //! * `cc nic:N [SPEC]`: NIC N's congestion control (`rdma/congestion.rs`), changed by SPEC
 //!   (`ecn=on,dcqcn=on,rpg_ai_rate=40,...`; refused whole if any part is bad), then shown as
@@ -39,6 +43,7 @@ use std::thread;
 
 use thiserror::Error;
 
+use super::egress::EgressConfig;
 use super::fault::FaultConfig;
 
 /// The longest request line accepted; a longer one is answered with an error and skipped.
@@ -78,6 +83,11 @@ pub enum Command {
         port: PortRef,
         fault: Option<FaultConfig>,
     },
+    /// `None`: no link model (frames go as fast as the host moves them).
+    Shape {
+        port: PortRef,
+        shape: Option<EgressConfig>,
+    },
     /// Test only: arm (`Some(offset)`) or disarm NIC `nic`'s WRITE corruption knob.
     Sabotage {
         nic: usize,
@@ -113,11 +123,14 @@ pub enum ParseError {
     Port(String),
     #[error(transparent)]
     Fault(#[from] super::fault::FaultError),
+    #[error(transparent)]
+    Shape(#[from] super::egress::EgressError),
 }
 
 pub const HELP: &[&str] = &[
     "link PORT... up|down",
-    "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS",
+    "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS,ce=P",
+    "shape PORT SPEC|off    SPEC: rate-mbps=N,delay-us=N,buffer=BYTES[,kmin=BYTES,kmax=BYTES,pmax=P] (link model: line rate, buffer, ECN marking)",
     "stats",
     "cc nic:N [KEY=VALUE,...]    congestion control of NIC N: ecn, dcqcn (on|off), line-mbps, DCQCN's roce_np/roce_rp parameters",
     "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
@@ -178,6 +191,17 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 },
             },
             _ => return Err(ParseError::Usage("fault PORT SPEC|off")),
+        },
+        "shape" => match words[1..] {
+            [port, spec] => Command::Shape {
+                port: parse_port(port)?,
+                shape: if spec == "off" {
+                    None
+                } else {
+                    Some(EgressConfig::parse(spec)?)
+                },
+            },
+            _ => return Err(ParseError::Usage("shape PORT SPEC|off")),
         },
         "sabotage" => {
             const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run|fatal";

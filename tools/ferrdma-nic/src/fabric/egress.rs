@@ -52,6 +52,8 @@ pub enum EgressError {
     KmaxAboveBuffer { kmax: u64, buffer: u64 },
     #[error("ECN pmax {0} is not within (0, 1]")]
     Pmax(f64),
+    #[error("link spec {0:?}: expected KEY=VALUE[,KEY=VALUE...] with keys rate-mbps, delay-us, buffer, kmin, kmax, pmax (rate-mbps and buffer required; kmin, kmax and pmax together)")]
+    Syntax(String),
 }
 
 /// RED-style ECN marking thresholds, in bytes of queue.
@@ -104,6 +106,46 @@ impl EgressConfig {
             }
         }
         Ok(())
+    }
+
+    /// Parses `rate-mbps=N,delay-us=N,buffer=BYTES[,kmin=BYTES,kmax=BYTES,pmax=P]` and
+    /// validates it.
+    pub fn parse(spec: &str) -> Result<Self, EgressError> {
+        let bad = || EgressError::Syntax(spec.to_string());
+        let (mut rate, mut delay, mut buffer) = (None, 0u64, None);
+        let (mut kmin, mut kmax, mut pmax) = (None, None, None);
+        for item in spec.split(',') {
+            let (k, v) = item.split_once('=').ok_or_else(bad)?;
+            // Digits only for the integers: u64 parsing would take a leading '+'.
+            let int = || -> Result<u64, EgressError> {
+                if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                v.parse().map_err(|_| bad())
+            };
+            match k {
+                "rate-mbps" => rate = Some(int()?.saturating_mul(1_000_000)),
+                "delay-us" => delay = int()?.saturating_mul(1000),
+                "buffer" => buffer = Some(int()?),
+                "kmin" => kmin = Some(int()?),
+                "kmax" => kmax = Some(int()?),
+                "pmax" => pmax = Some(v.parse::<f64>().map_err(|_| bad())?),
+                _ => return Err(bad()),
+            }
+        }
+        let red = match (kmin, kmax, pmax) {
+            (None, None, None) => None,
+            (Some(kmin), Some(kmax), Some(pmax)) => Some(Red { kmin, kmax, pmax }),
+            _ => return Err(bad()),
+        };
+        let cfg = EgressConfig {
+            rate_bps: rate.ok_or_else(bad)?,
+            delay_ns: delay,
+            buffer_bytes: buffer.ok_or_else(bad)?,
+            red,
+        };
+        cfg.validate()?;
+        Ok(cfg)
     }
 
     /// Picoseconds the line takes to carry a frame of `len` bytes.
@@ -355,6 +397,44 @@ mod tests {
                 matches!(bad(&red(1, 2, p)), Some(EgressError::Pmax(_))),
                 "{p}"
             );
+        }
+    }
+
+    #[test]
+    fn specs_parse_and_hostile_ones_are_refused() {
+        let c = EgressConfig::parse(
+            "rate-mbps=2000,delay-us=5,buffer=262144,kmin=20000,kmax=100000,pmax=0.2",
+        )
+        .unwrap();
+        assert_eq!(c.rate_bps, 2 * GBPS);
+        assert_eq!((c.delay_ns, c.buffer_bytes), (5000, 262_144));
+        assert_eq!(
+            c.red,
+            Some(Red {
+                kmin: 20_000,
+                kmax: 100_000,
+                pmax: 0.2
+            })
+        );
+        assert_eq!(
+            EgressConfig::parse("buffer=1000,rate-mbps=10").unwrap().red,
+            None
+        );
+        for bad in [
+            "",
+            "rate-mbps=10",
+            "buffer=1000",
+            "rate-mbps=0,buffer=1000",
+            "rate-mbps=10,buffer=0",
+            "rate-mbps=+10,buffer=1000",
+            "rate-mbps=99999999999999999999,buffer=1000",
+            "rate-mbps=10,buffer=1000,kmin=5",
+            "rate-mbps=10,buffer=1000,kmin=500,kmax=100,pmax=0.1",
+            "rate-mbps=10,buffer=1000,kmin=5,kmax=100,pmax=NaN",
+            "rate-mbps=10,buffer=1000,speed=9",
+            "rate-mbps=10,buffer=1000,delay-us=2000000",
+        ] {
+            assert!(EgressConfig::parse(bad).is_err(), "{bad:?}");
         }
     }
 

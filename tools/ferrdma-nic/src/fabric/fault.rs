@@ -1,5 +1,7 @@
 //! Fault injection on one link (one egress port): drop, duplicate, reorder and delay frames
-//! with given probabilities, and take the link down or up. Pure logic on a logical clock and
+//! with given probabilities, mark ECN-capable frames Congestion Experienced (as a congested
+//! switch would, to test a NIC's ECN reaction without congestion), and take the link down
+//! or up. Pure logic on a logical clock and
 //! a seeded generator, so a run with the same seed and the same inputs is the same run.
 //!
 //! The hub keeps one `Link` per faulty egress port (`--fault`), passes each frame through
@@ -16,7 +18,7 @@ pub const MAX_DELAYED: usize = 1024;
 pub enum FaultError {
     #[error("{name} probability {value} is not within 0..=1")]
     Probability { name: &'static str, value: f64 },
-    #[error("fault spec {0:?}: expected KEY=VALUE[,KEY=VALUE...] with keys drop, dup, reorder, delay, delay-ms")]
+    #[error("fault spec {0:?}: expected KEY=VALUE[,KEY=VALUE...] with keys drop, dup, reorder, delay, delay-ms, ce")]
     Syntax(String),
 }
 
@@ -31,10 +33,12 @@ pub struct FaultConfig {
     /// The frame is sent `delay_ticks` later.
     pub delay: f64,
     pub delay_ticks: u64,
+    /// An ECN-capable (ECT) IP frame is marked CE (`wire::ecn`); others pass unchanged.
+    pub ce: f64,
 }
 
 impl FaultConfig {
-    /// Parse `drop=P,dup=P,reorder=P,delay=P,delay-ms=N` (any subset, any order).
+    /// Parse `drop=P,dup=P,reorder=P,delay=P,delay-ms=N,ce=P` (any subset, any order).
     pub fn parse(spec: &str) -> Result<Self, FaultError> {
         let bad = || FaultError::Syntax(spec.to_string());
         let mut c = FaultConfig::default();
@@ -49,6 +53,7 @@ impl FaultConfig {
                         "dup" => c.duplicate = p,
                         "reorder" => c.reorder = p,
                         "delay" => c.delay = p,
+                        "ce" => c.ce = p,
                         _ => return Err(bad()),
                     }
                 }
@@ -64,6 +69,7 @@ impl FaultConfig {
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
             ("delay", self.delay),
+            ("ce", self.ce),
         ] {
             // NaN fails this test too.
             if !(0.0..=1.0).contains(&value) {
@@ -82,6 +88,8 @@ pub struct FaultCounters {
     pub reordered: u64,
     pub delayed: u64,
     pub dropped_delay_full: u64,
+    /// Frames marked Congestion Experienced.
+    pub ce_marked: u64,
 }
 
 /// SplitMix64: tiny, fast, and good enough to drive test faults; chosen so the sequence
@@ -156,7 +164,7 @@ impl Link {
     }
 
     /// Offer a frame at time `now`; frames to transmit now are appended to `out`.
-    pub fn send(&mut self, frame: Vec<u8>, now: u64, out: &mut Vec<Vec<u8>>) {
+    pub fn send(&mut self, mut frame: Vec<u8>, now: u64, out: &mut Vec<Vec<u8>>) {
         if self.down {
             self.counters.dropped_down += 1;
             return;
@@ -168,6 +176,14 @@ impl Link {
         let dup = self.rng.chance(self.cfg.duplicate);
         let reorder = self.rng.chance(self.cfg.reorder);
         let delay = self.rng.chance(self.cfg.delay);
+        // Rolled last and only when asked for, so the other faults' sequence for a seed
+        // stays what it was.
+        if self.cfg.ce > 0.0
+            && self.rng.chance(self.cfg.ce)
+            && crate::wire::ecn::mark_ce(&mut frame)
+        {
+            self.counters.ce_marked += 1;
+        }
         let copies = if dup {
             self.counters.duplicated += 1;
             2
@@ -261,6 +277,30 @@ mod tests {
     }
 
     #[test]
+    fn ce_marks_ecn_capable_frames_only() {
+        use crate::wire::ecn::{ecn, Ecn};
+        let ip = |e: Ecn| {
+            let mut f = vec![0u8; 60];
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[14] = 0x45;
+            f[15] = e.bits();
+            f[23] = 17;
+            f
+        };
+        let cfg = FaultConfig::parse("ce=1").unwrap();
+        let mut l = Link::new(cfg, 1).unwrap();
+        let mut out = Vec::new();
+        for e in [Ecn::Ect0, Ecn::NotEct, Ecn::Ect1] {
+            l.send(ip(e), 0, &mut out);
+        }
+        l.send(frame(9), 0, &mut out);
+        let got: Vec<_> = out.iter().map(|f| ecn(f)).collect();
+        assert_eq!(got, [Some(Ecn::Ce), Some(Ecn::NotEct), Some(Ecn::Ce), None]);
+        assert_eq!(l.counters().ce_marked, 2);
+        assert!(FaultConfig::parse("ce=1.5").is_err());
+    }
+
+    #[test]
     fn delay_releases_on_time() {
         let cfg = FaultConfig {
             delay: 1.0,
@@ -308,6 +348,7 @@ mod tests {
             reorder: 0.1,
             delay: 0.1,
             delay_ticks: 3,
+            ce: 0.0,
         };
         let a = run(cfg, 42, 200);
         assert_eq!(a, run(cfg, 42, 200));
@@ -330,13 +371,14 @@ mod tests {
     #[test]
     fn specs_parse_strictly() {
         assert_eq!(
-            FaultConfig::parse("drop=0.5,dup=0.25,reorder=1,delay=0,delay-ms=20"),
+            FaultConfig::parse("drop=0.5,dup=0.25,reorder=1,delay=0,delay-ms=20,ce=0.5"),
             Ok(FaultConfig {
                 drop: 0.5,
                 duplicate: 0.25,
                 reorder: 1.0,
                 delay: 0.0,
                 delay_ticks: 20,
+                ce: 0.5,
             })
         );
         for bad in [

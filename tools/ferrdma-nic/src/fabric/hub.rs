@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::control::{self, Command, PortRef, Reply, SabotageKnob};
+use super::egress::{Egress, EgressConfig};
 use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
 use super::queue::FrameSender;
@@ -147,7 +148,7 @@ impl control::Apply for HubControl {
     fn apply(&self, cmd: Command) -> Reply {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
-            Command::Fault { port, .. } => std::slice::from_ref(port),
+            Command::Fault { port, .. } | Command::Shape { port, .. } => std::slice::from_ref(port),
             Command::Sabotage { nic, knob: what } => {
                 // The knob is the NIC's, not the switch's: set it here.
                 let Some(knob) = self.sabotage.get(*nic) else {
@@ -462,6 +463,8 @@ struct PortStats {
 struct Setting {
     down: bool,
     fault: Option<FaultConfig>,
+    /// The link model of the port (`fabric/egress.rs`): line rate, buffer, ECN marking.
+    shape: Option<EgressConfig>,
 }
 
 /// The switch's state besides the `Switch` itself.
@@ -476,6 +479,8 @@ struct SwitchState {
     /// LAN ports and the index of the socket they joined on.
     port_lan: HashMap<PortId, usize>,
     links: HashMap<PortId, Link>,
+    /// Ports with a link model: frames leave at its line rate, after its delay.
+    shapers: HashMap<PortId, Egress>,
     settings: HashMap<PortRef, Setting>,
     stats: BTreeMap<PortId, PortStats>,
     seed: u64,
@@ -514,8 +519,39 @@ impl SwitchState {
         }
     }
 
+    fn ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Gives `port` the link model its setting asks for; a new model starts empty (a changed
+    /// one loses what the old held, as a re-cabled port would).
+    fn configure_shape(&mut self, port: PortId, shape: Option<EgressConfig>) {
+        if self.shapers.get(&port).map(|e| *e.config()) == shape {
+            return;
+        }
+        match shape {
+            None => {
+                self.shapers.remove(&port);
+            }
+            Some(cfg) => match Egress::new(cfg, self.seed ^ (port as u64).rotate_left(32)) {
+                Ok(e) => {
+                    self.shapers.insert(port, e);
+                }
+                // Validated when parsed; a failure here would be a bug, so just log.
+                Err(e) => log::error!("port {port}: {e}"),
+            },
+        }
+    }
+
     /// Gives `port` the link its setting asks for (none when there is nothing to do).
     fn configure(&mut self, port: PortId, set: Setting) {
+        self.configure_shape(port, set.shape);
+        if set.down {
+            // A pulled cable loses what the line held.
+            if let Some(e) = self.shapers.get_mut(&port) {
+                e.clear();
+            }
+        }
         if let Some(link) = self.links.get_mut(&port) {
             if let Err(e) = link.set_config(set.fault.unwrap_or_default()) {
                 log::error!("port {port}: {e}");
@@ -565,6 +601,17 @@ impl SwitchState {
                 log::info!("control: {port} faults {fault:?} (switch ports {ports:?})");
                 Ok(Vec::new())
             }
+            Command::Shape { port, shape } => {
+                let set = self.settings.entry(port).or_default();
+                set.shape = shape;
+                let set = *set;
+                let ports = self.ports_of(port);
+                for &p in &ports {
+                    self.configure(p, set);
+                }
+                log::info!("control: {port} link model {shape:?} (switch ports {ports:?})");
+                Ok(Vec::new())
+            }
             Command::Stats => Ok(self.stats_lines()),
             // Applied by `HubControl` itself; never sent here.
             Command::Help | Command::Sabotage { .. } | Command::Cc { .. } => Ok(Vec::new()),
@@ -592,7 +639,8 @@ impl SwitchState {
             };
             lines.push(format!(
                 "port {p} {name} {state} rx={} rx_down={} tx={} queue_drops={} \
-                 fault_dropped={} down_dropped={} duplicated={} reordered={} delayed={}",
+                 fault_dropped={} down_dropped={} duplicated={} reordered={} delayed={} \
+                 ce_marked={}",
                 st.rx,
                 st.rx_down,
                 st.tx,
@@ -601,8 +649,16 @@ impl SwitchState {
                 fc.dropped_down,
                 fc.duplicated,
                 fc.reordered,
-                fc.delayed
+                fc.delayed,
+                fc.ce_marked
             ));
+            if let Some(e) = self.shapers.get(&p) {
+                let c = e.counters();
+                lines.push(format!(
+                    "port {p} {name} link queued={} marked={} dropped={} sent_bytes={} max_depth={}",
+                    c.queued, c.marked, c.dropped, c.sent_bytes, c.max_depth
+                ));
+            }
         }
         let c = self.sw.counters();
         lines.push(format!(
@@ -630,7 +686,21 @@ impl SwitchState {
             }
             None => ready.push(frame),
         }
+        self.shape(p, ready);
         self.queue_to(p, ready);
+    }
+
+    /// Passes `frames` through port `p`'s link model, if it has one: they join its queue
+    /// (or are dropped or marked), and what has left the far end by now takes their place.
+    fn shape(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>) {
+        let now = self.ns();
+        let Some(e) = self.shapers.get_mut(&p) else {
+            return;
+        };
+        for f in frames.drain(..) {
+            e.offer(f, now);
+        }
+        e.poll(now, frames);
     }
 
     /// Queues `frames` (drained) to port `p`.
@@ -694,6 +764,7 @@ impl Core {
             engine_batches: HashMap::new(),
             port_lan: HashMap::new(),
             links: HashMap::new(),
+            shapers: HashMap::new(),
             settings: HashMap::new(),
             stats: BTreeMap::new(),
             seed: faults.seed,
@@ -706,16 +777,16 @@ impl Core {
             st.settings.insert(
                 PortRef::Lan(lan),
                 Setting {
-                    down: false,
                     fault: Some(*cfg),
+                    ..Setting::default()
                 },
             );
         }
         for (&nic, cfg) in &faults.per_nic {
             if st.engine_queues.contains_key(&nic) {
                 let set = Setting {
-                    down: false,
                     fault: Some(*cfg),
+                    ..Setting::default()
                 };
                 st.settings.insert(PortRef::Nic(nic), set);
                 st.configure(nic, set);
@@ -749,6 +820,7 @@ impl Core {
         st.queues.remove(&port);
         st.port_lan.remove(&port);
         st.stats.remove(&port);
+        st.shapers.remove(&port);
         if let Some(l) = st.links.remove(&port) {
             log::info!("port {port} faults: {:?}", l.counters());
         }
@@ -799,12 +871,24 @@ impl Core {
         sooner || (clean_before && self.unflushed_since.is_some())
     }
 
-    /// When the next delayed frame is due (switch clock, ms).
+    /// When the next delayed frame is due, or the next frame leaves a link model (switch
+    /// clock, ns).
     fn next_due(&self) -> Option<u64> {
-        self.st.links.values().filter_map(Link::next_due).min()
+        let delayed = self
+            .st
+            .links
+            .values()
+            .filter_map(Link::next_due)
+            // A fault link's ticks are whole milliseconds since the start, counted from the
+            // millisecond a frame came in: the end of the due one keeps a delay at least
+            // as long as asked.
+            .map(|ms| ms.saturating_add(1).saturating_mul(1_000_000));
+        let shaped = self.st.shapers.values().filter_map(Egress::next_due);
+        delayed.chain(shaped).min()
     }
 
-    /// Queues the delayed frames that are due.
+    /// Queues the delayed frames that are due (through the port's link model, if any) and
+    /// what the link models let out.
     fn release_due(&mut self) {
         let now = self.st.ms();
         let ports: Vec<PortId> = self.st.links.keys().copied().collect();
@@ -812,6 +896,16 @@ impl Core {
             self.ready.clear();
             if let Some(link) = self.st.links.get_mut(&p) {
                 link.poll(now, &mut self.ready);
+            }
+            self.st.shape(p, &mut self.ready);
+            self.st.queue_to(p, &mut self.ready);
+        }
+        let now = self.st.ns();
+        let ports: Vec<PortId> = self.st.shapers.keys().copied().collect();
+        for p in ports {
+            self.ready.clear();
+            if let Some(e) = self.st.shapers.get_mut(&p) {
+                e.poll(now, &mut self.ready);
             }
             self.st.queue_to(p, &mut self.ready);
         }
@@ -830,7 +924,7 @@ impl Core {
     fn sleep(&self) -> Option<Duration> {
         let due = self
             .next_due()
-            .map(|t| Duration::from_millis(t.saturating_sub(self.st.ms())));
+            .map(|t| Duration::from_nanos(t.saturating_sub(self.st.ns())));
         let flush = self
             .unflushed_since
             .map(|t| FLUSH_DELAY.saturating_sub(t.elapsed()));
@@ -1026,6 +1120,81 @@ mod tests {
             knob: SabotageKnob::WriteByte(Some(1)),
         };
         assert!(hub.control.apply(none).unwrap_err().contains("no nic:2"));
+    }
+
+    /// `shape nic:N SPEC` puts a link model on the frames to NIC N's engine: they arrive no
+    /// sooner than the line rate lets them, what the buffer cannot hold is dropped and
+    /// counted in `stats`, and `shape nic:N off` takes the model away.
+    #[test]
+    fn a_shaped_port_paces_and_drops() {
+        use super::super::control::handle_line;
+        use super::super::queue::{frame_queue, Received};
+        use super::super::testframes::roce;
+        let (a, b) = ([0x52, 0x54, 0, 0, 2, 0], [0x52, 0x54, 0, 0, 2, 1]);
+        let (tx_a, rx_a) = frame_queue(64);
+        let nics = vec![
+            NicAttachment {
+                mac: a,
+                inbound: tx_a,
+            },
+            NicAttachment {
+                mac: b,
+                inbound: frame_queue(4).0,
+            },
+        ];
+        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        let f = roce(a, b, false, false);
+        // 1 Mb/s: each 70-byte frame (94 on the line) takes 752 us; room for three.
+        let spec = format!(
+            "shape nic:0 rate-mbps=1,delay-us=100,buffer={}",
+            3 * f.len()
+        );
+        assert!(handle_line(spec.as_bytes(), &hub.control).unwrap().is_ok());
+        let t0 = Instant::now();
+        hub.engine_ports[1].send(vec![f.clone(); 10]);
+        let mut got = Vec::new();
+        while got.len() < 3 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            if let Received::Frames(fr) = rx_a.recv(16, std::time::Duration::from_millis(50)) {
+                got.extend(fr);
+            }
+        }
+        // The third frame's last bit leaves 3 x 752 us after the burst, then 100 us on the
+        // wire: never sooner, however fast the host.
+        assert_eq!(got.len(), 3);
+        assert!(t0.elapsed() >= std::time::Duration::from_micros(3 * 752 + 100));
+        assert!(got.iter().all(|g| *g == f));
+        let stats = handle_line(b"stats", &hub.control).unwrap().unwrap();
+        let line = stats
+            .iter()
+            .find(|l| l.contains(" link "))
+            .unwrap_or_else(|| panic!("no link line: {stats:?}"));
+        // Offered within microseconds of each other: 3 queued, 7 dropped (at least 6 on a
+        // host so slow that the first frame left during the burst).
+        let field = |k: &str| -> u64 {
+            line.split(' ')
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{k} in {line}"))
+        };
+        assert_eq!(field("queued=") + field("dropped="), 10, "{line}");
+        assert!(field("dropped=") >= 6, "{line}");
+        assert!(handle_line(b"shape nic:0 off", &hub.control)
+            .unwrap()
+            .is_ok());
+        hub.engine_ports[1].send(vec![f.clone(); 10]);
+        let mut n = 0;
+        while n < 10 {
+            match rx_a.recv(16, std::time::Duration::from_secs(5)) {
+                Received::Frames(fr) => n += fr.len(),
+                _ => break,
+            }
+        }
+        assert_eq!(n, 10, "without the model nothing is dropped");
+        assert!(
+            handle_line(b"shape nic:0 rate-mbps=0,buffer=10", &hub.control)
+                .unwrap()
+                .is_err()
+        );
     }
 
     /// `cc nic:N SPEC` changes exactly NIC N's settings, which an engine sharing the knob

@@ -22,9 +22,10 @@ use thiserror::Error;
 
 /// alpha = 1.
 pub const ALPHA_ONE: u32 = 1024;
-/// Pacing lets a QP that fell behind catch up by this much (two device clock ticks), so a
-/// microsecond clock does not cost sub-microsecond packets their rate.
-const PACING_SLACK_NS: u64 = 2_000;
+/// Pacing lets a QP that fell behind catch up by this much: a burst allowance as deep as the
+/// engine thread's shortest sleep (`shared::MIN_SLEEP`, 100 us), since the engine sends what
+/// is due when it wakes; with less, wake-ups rather than the rate would set the pace.
+pub const PACING_SLACK_NS: u64 = 100_000;
 
 /// The reaction point's parameters (mlx5 `roce_rp` names; rates in Mb/s, times in us).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,7 +411,11 @@ mod tests {
 
     #[test]
     fn pacing_spaces_packets_at_the_current_rate() {
-        let p = params();
+        // No byte-counter increase events during the test: the rate stays put.
+        let p = RpParams {
+            rpg_byte_reset: 1 << 30,
+            ..params()
+        };
         let mut r = RateLimiter::new(LINE, &p);
         r.on_cnp(0, &p);
         r.on_cnp(10, &p);
@@ -418,13 +423,16 @@ mod tests {
         assert_eq!(r.rate(), LINE / 4);
         let t0 = 1_000_000_000;
         assert!(r.may_send(t0));
-        r.on_sent(4096, t0, &p);
-        // After a pause a QP may run ahead by the slack (2 us), no more.
-        assert_eq!(r.send_at(t0), Some(t0 - 2000 + 5242));
-        r.on_sent(4096, t0 + 3242, &p);
-        assert_eq!(r.send_at(t0 + 3242), Some(t0 - 2000 + 2 * 5242));
+        // After a pause a QP may run ahead by the slack (100 us: 20 packets), no more.
+        let mut sent = 0;
+        while r.may_send(t0) {
+            r.on_sent(4096, t0, &p);
+            sent += 1;
+        }
+        assert_eq!(sent, 20);
+        assert_eq!(r.send_at(t0), Some(t0 - PACING_SLACK_NS + 20 * 5242));
         // Over a long run the rate holds within rounding.
-        let mut t = t0 + 3242;
+        let mut t = t0 + 20 * 5242;
         let mut sent = 0u64;
         for _ in 0..10_000 {
             if let Some(at) = r.send_at(t) {

@@ -8,6 +8,14 @@
 # inline, unaligned and page-crossing offsets, 3 QPs at once, poisoned targets and every
 # completion field checked. Node 2 serves first (SEND and WRITE data flow node 1 -> node 2,
 # READ data node 2 -> node 1), then node 1 serves (the other way round).
+# Then ECN end to end (issue 18): both NICs with ECN and DCQCN on (the fabric's control
+# socket, cc nic:N) and the fabric marking 5% of the frames to node 2's NIC Congestion
+# Experienced (fault nic:1 ce=0.05): every byte still arrives, node 2's NIC counts the marks
+# and answers with CNPs, node 1's NIC takes them into DCQCN (both seen in hw_counters).
+# Then congestion of the fabric's own: the frames to node 2's NIC go through a link model
+# (shape nic:1: 2 Gb/s, a 256 KiB buffer, RED from 20 KB to 200 KB), node 1 sends to node 2
+# on 2 QPs at once: the queue marks, node 2 answers with CNPs, DCQCN slows node 1's QPs, and
+# every byte arrives (drops, if the buffer overflows, are retransmitted).
 # Then UD multicast (progs/mcast-datacheck.c through the RDMA CM, guest/mcast.sh; every
 # message received once and in order by every joined QP, bytes, immediate, GRH and source QP
 # checked): a group inside node 1 (2 receiving QPs, the sender in another process: the NIC's
@@ -27,6 +35,55 @@ mcast_route_up
 sizes=1,2,7,64,101,102,1000,1023,1024,1025,4095,4097,9000,65537,262143,1048577,8388608
 datacheck_pair to-node2 2 ferrdma0 "$gid" -q 3 -s "$sizes"
 datacheck_pair to-node1 1 ferrdma0 "$gid" -q 2 -s "$sizes"
+
+# ctl REQUEST...: each request to the fabric's control socket (node 1), or fail.
+ctl() {
+	local req
+	for req in "$@"; do
+		fabric_ctl $req > /tmp/ctl.log || { cat /tmp/ctl.log; fail "fabric_ctl $req refused"; }
+	done
+}
+# cc_run NAME DATACHECK-ARGS...: a data-checked run node 1 -> node 2 and the deltas of
+# ${cc_names[*]} over it: this node's in CC_MINE, the peer's in CC_PEER.
+cc_names=(RxECNMrkd cnpSent cnpHandled cnpIgnored)
+cc_run() {
+	local name=$1 i mine before=()
+	shift
+	for i in "${!cc_names[@]}"; do before+=("$(hw_counter "${cc_names[i]}")"); done
+	datacheck_pair "$name" 2 ferrdma0 "$gid" "$@"
+	CC_MINE=()
+	for i in "${!cc_names[@]}"; do CC_MINE+=($(($(hw_counter "${cc_names[i]}") - before[i]))); done
+	mine=$(IFS=,; echo "${CC_MINE[*]}")
+	IFS=, read -ra CC_PEER <<< "$(barrier_word "$name-counters" $((3 - FERRDMA_NODE)) "$mine")"
+	note "$name: deltas of ${cc_names[*]}: here $mine, on the peer $(IFS=,; echo "${CC_PEER[*]}")"
+}
+
+[ "$FERRDMA_NODE" = 2 ] || ctl "cc nic:0 ecn=on,dcqcn=on" "cc nic:1 ecn=on,dcqcn=on" "fault nic:1 ce=0.05"
+barrier ce-on 60
+cc_run ce-to-node2 -q 1 -s 4097,65537,1048577
+if [ "$FERRDMA_NODE" = 1 ]; then
+	[ "${CC_PEER[0]}" -gt 0 ] || fail "node 2's NIC counted no CE-marked packet"
+	[ "${CC_PEER[1]}" -gt 0 ] || fail "node 2's NIC sent no CNP for ${CC_PEER[0]} CE-marked packets"
+	# A CNP finds its QP gone only if it comes after the run (none is lost: no fault here).
+	[ "${CC_MINE[2]}" -gt 0 ] && [ $((CC_MINE[2] + CC_MINE[3])) = "${CC_PEER[1]}" ] ||
+		fail "node 1's NIC handled ${CC_MINE[2]} and ignored ${CC_MINE[3]} of the ${CC_PEER[1]} CNPs node 2 sent"
+	ctl "fault nic:1 off" \
+		"shape nic:1 rate-mbps=2000,delay-us=10,buffer=262144,kmin=20000,kmax=200000,pmax=0.2"
+fi
+barrier shape-on 60
+cc_run shaped-to-node2 -q 2 -s 65537,1048577,8388608
+if [ "$FERRDMA_NODE" = 1 ]; then
+	fabric_ctl stats > /tmp/stats.log || fail "fabric_ctl stats failed"
+	link=$(grep -m1 ' nic:1 link ' /tmp/stats.log) || { cat /tmp/stats.log; fail "no link model line for nic:1"; }
+	note "shaped: $link"
+	marked=$(sed -n 's/.* marked=\([0-9]*\).*/\1/p' <<< "$link")
+	[ "${marked:-0}" -gt 0 ] || fail "the link model marked nothing: $link"
+	[ "${CC_PEER[0]}" -gt 0 ] && [ "${CC_PEER[1]}" -gt 0 ] ||
+		fail "node 2's NIC: ${CC_PEER[0]} CE packets, ${CC_PEER[1]} CNPs sent"
+	[ "${CC_MINE[2]}" -gt 0 ] || fail "node 1's NIC handled no CNP"
+	ctl "shape nic:1 off" "cc nic:0 ecn=off,dcqcn=off" "cc nic:1 ecn=off,dcqcn=off"
+fi
+barrier shape-off 60
 
 if [ "$FERRDMA_NODE" = 1 ]; then
 	mcast_recv_start mcast-loopback 239.1.1.1 2 200 11 "$FERRDMA_IP"
