@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
 
 use crate::interface::{QpAttrs, QP_TYPE_RC};
-use crate::wire::ecn::{self, Ecn};
+use crate::wire::ecn::Ecn;
 use crate::wire::opcode as op;
 use crate::wire::Headers;
 
@@ -321,7 +321,7 @@ impl Engine {
         let qpn = h.bth.dest_qp;
         let interval = u64::from(self.cc.np.min_time_between_cnps);
         let dscp = self.cc.np.cnp_dscp;
-        let Some(qp) = self.qp_mut(qpn) else { return };
+        let Some(qp) = self.qp(qpn) else { return };
         if qp.qp_type != QP_TYPE_RC || !qp.can_receive() {
             return;
         }
@@ -332,7 +332,6 @@ impl Engine {
         {
             return;
         }
-        qp.cc.last_cnp = Some(env.now_us);
         let attrs = QpAttrs {
             traffic_class: dscp << 2,
             ..qp.attrs
@@ -342,7 +341,13 @@ impl Engine {
             ..bth(op::CNP, attrs.dest_qpn, 0)
         };
         match self.transmit(&attrs, b, Default::default(), &CNP_PAYLOAD) {
-            Ok(_) => self.counters.cnps_sent += 1,
+            Ok(_) => {
+                self.counters.cnps_sent += 1;
+                if let Some(qp) = self.qp_mut(qpn) {
+                    qp.cc.last_cnp = Some(env.now_us);
+                }
+            }
+            // The next CE packet tries again.
             Err(e) => log::debug!("QP {qpn}: CNP not sent: {e}"),
         }
     }
@@ -394,11 +399,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// Whether the frame carries Congestion Experienced (for the fabric and tests).
-pub fn frame_is_ce(frame: &[u8]) -> bool {
-    ecn::ecn(frame) == Some(Ecn::Ce)
 }
 
 #[cfg(test)]
