@@ -52,7 +52,7 @@ kmod: kernel
 run: kernel nic
 	@scripts/run-demo.sh
 
-# ~40 min with BENCH_REPS=3 under TCG; the run's directory is printed (table, CSV, plots).
+# ~20 min with BENCH_REPS=3 under TCG; the run's directory is printed (table, CSV, plots).
 bench: kernel nic
 	@scripts/bench.sh
 

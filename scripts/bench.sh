@@ -48,7 +48,7 @@ fi
 { echo "$header"; sed -n 's/^fabric-bench,//p' "$out/fabric-bench.log"; } > "$out/nic-level.csv"
 cd "$here/.."
 
-log "bench: 3/4 two VMs, ferrdma and rxe, $reps repetition(s) (TCG: about $((reps * 12)) minutes)"
+log "bench: 3/4 two VMs, ferrdma and rxe, $reps repetition(s) (TCG: about $((reps * 6)) minutes)"
 "$here/in-sysroot.sh" /ferrdma/src/tools/testing/ferrdma/ferrdma-vm --vms 2 --rxe-lan --no-capture \
 	--timeout "${BENCH_TIMEOUT:-7200}" --logdir "$(sysroot_path "$out/vms")" \
 	/ferrdma/src/tools/testing/ferrdma/bench/bench.sh full "$reps" | tee "$out/vms.log" |
