@@ -1092,18 +1092,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
-    /// `sabotage nic:N ...` reaches exactly NIC N's knob (the one its engine gets through
-    /// its `EnginePort`), is off until asked, and refuses a NIC that does not exist.
-    #[test]
-    fn control_arms_and_disarms_one_nics_sabotage() {
-        use super::super::control::{handle_line, Apply, Command, SabotageKnob};
+    /// A fabric of two NICs and no LAN, for the control tests.
+    fn two_nic_hub() -> Hub {
         let nics = (0..2)
             .map(|i| NicAttachment {
                 mac: [0x52, 0x54, 0, 0, 1, i],
                 inbound: super::super::queue::frame_queue(4).0,
             })
             .collect();
-        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        Hub::start(&[], None, nics, Faults::default()).unwrap()
+    }
+
+    /// `sabotage nic:N ...` reaches exactly NIC N's knob (the one its engine gets through
+    /// its `EnginePort`), is off until asked, and refuses a NIC that does not exist.
+    #[test]
+    fn control_arms_and_disarms_one_nics_sabotage() {
+        use super::super::control::{handle_line, Apply, Command, SabotageKnob};
+        let hub = two_nic_hub();
         let knobs: Vec<_> = hub.engine_ports.iter().map(|p| p.sabotage()).collect();
         assert!(knobs.iter().all(|k| k.offset().is_none()), "off by default");
         let reply = handle_line(b"sabotage nic:1 write-byte=4097", &hub.control).unwrap();
@@ -1202,13 +1207,7 @@ mod tests {
     #[test]
     fn control_sets_one_nics_congestion_control() {
         use super::super::control::handle_line;
-        let nics = (0..2)
-            .map(|i| NicAttachment {
-                mac: [0x52, 0x54, 0, 0, 1, i],
-                inbound: super::super::queue::frame_queue(4).0,
-            })
-            .collect();
-        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        let hub = two_nic_hub();
         let knobs: Vec<_> = hub.engine_ports.iter().map(|p| p.cc()).collect();
         let mut engine = crate::rdma::Engine::new();
         engine.set_cc_knob(Arc::clone(&knobs[1]));

@@ -181,6 +181,19 @@ fn manual_clock(r: &mut Rig, t: u64) -> Arc<AtomicU64> {
     clock
 }
 
+/// A signaled 8-byte SEND from A to B.
+fn send8(r: &mut Rig) {
+    r.h.send(
+        &mut r.a,
+        &Wr {
+            opcode: sq_op::SEND,
+            signaled: true,
+            sges: vec![r.buf_a.sg(0, 8)],
+            ..Default::default()
+        },
+    );
+}
+
 #[test]
 fn rnr_retry_and_retry_exceeded() {
     let mut r = Rig::rc();
@@ -199,15 +212,7 @@ fn rnr_retry_and_retry_exceeded() {
     );
     // rnr_retry 7 (infinite): the send waits until a receive is posted and its RNR timer
     // expires; the engine's timer is what retries it (the NIC is told of no receive).
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 8)],
-            ..Default::default()
-        },
-    );
+    send8(&mut r);
     assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
     assert_eq!(r.h.stats().rnr_naks, 1);
     assert_eq!(
@@ -219,15 +224,7 @@ fn rnr_retry_and_retry_exceeded() {
     // Neither a tick before the timer nor another doorbell of the waiting QP retries it.
     clock.store(1_001_279, Ordering::Relaxed);
     r.h.dev().tick();
-    r.h.send(
-        &mut r.a,
-        &Wr {
-            opcode: sq_op::SEND,
-            signaled: true,
-            sges: vec![r.buf_a.sg(0, 8)],
-            ..Default::default()
-        },
-    );
+    send8(&mut r);
     assert!(
         r.h.poll_cq(&mut r.cq_a).is_empty(),
         "retried before its timer"
