@@ -71,7 +71,7 @@ if [ "$FERRDMA_NODE" = 1 ]; then
 		"shape nic:1 rate-mbps=2000,delay-us=10,buffer=262144,kmin=20000,kmax=200000,pmax=0.2"
 fi
 barrier shape-on 60
-cc_run shaped-to-node2 -q 2 -s 65537,1048577,8388608
+cc_run shaped-to-node2 -q 2 -s 65537,1048577
 if [ "$FERRDMA_NODE" = 1 ]; then
 	fabric_ctl stats > /tmp/stats.log || fail "fabric_ctl stats failed"
 	link=$(grep -m1 ' nic:1 link ' /tmp/stats.log) || { cat /tmp/stats.log; fail "no link model line for nic:1"; }
