@@ -204,18 +204,13 @@ fn run(s: &Scenario) -> Outcome {
             out.samples.push(Sample {
                 t_us: step + 1,
                 queue: down[0].depth(now_ns),
-                delivered: std::mem::take(&mut delivered)
-                    .into_iter()
-                    .chain(std::iter::repeat(0))
-                    .take(n)
-                    .collect(),
+                delivered: std::mem::replace(&mut delivered, vec![0; n]),
                 rate,
                 drops: out.drops - drops_before,
                 marks: down[0].counters().marked - marks_before,
             });
             drops_before = out.drops;
             marks_before = down[0].counters().marked;
-            delivered = vec![0; n];
         }
         clock.fetch_add(1, Ordering::Relaxed);
     }
@@ -265,15 +260,12 @@ fn tail_stats(o: &Outcome, senders: usize, from_us: u64) -> (Vec<f64>, Vec<u64>)
 }
 
 fn summary(o: &Outcome, senders: usize, from_us: u64) -> String {
-    let (per, queue) = tail_stats(o, senders, from_us);
-    let span = (o.samples.len() as u64 * SAMPLE_US).saturating_sub(from_us) as f64 / 1e6;
-    let util = per.iter().sum::<f64>() * 8.0 / span / LINE_BPS as f64;
-    let mut q = queue.clone();
+    let (_, util, fairness, mut q) = tail(o, senders, from_us);
     q.sort_unstable();
     format!(
         "drops {} marks {} retrans {} cnps {}/{} completed {:?} util {:.3} jain {:.3} queue min {} median {} max {}",
         o.drops, o.marks, o.retransmits, o.cnps_sent, o.cnps_handled, o.completed, util,
-        jain(&per), q.first().unwrap_or(&0), q.get(q.len() / 2).unwrap_or(&0), q.last().unwrap_or(&0)
+        fairness, q.first().unwrap_or(&0), q.get(q.len() / 2).unwrap_or(&0), q.last().unwrap_or(&0)
     )
 }
 
