@@ -36,13 +36,23 @@ patchkey=$(cat "$src"/scripts/kernel-patches/*.patch | sha256sum | cut -c1-16)
 if [ "$(cat "$tree/.ferrdma-patch-key" 2>/dev/null)" != "$patchkey" ]; then
 	files=$( (cat "$tree/.ferrdma-patched-files"; \
 		sed -n 's|^+++ b/||p' "$src"/scripts/kernel-patches/*.patch) | sort -u)
+	# The patched files as they were, to give back their mtimes where the new patch set
+	# leaves their contents alone: a new patch for one file then rebuilds what depends on
+	# that file, not everything behind rust/bindings_helper.h or a Kconfig.
+	before="$cache/patched-before"
+	rm -rf "$before"
 	for f in $files; do
+		if [ -f "$tree/$f" ]; then mkdir -p "$before/$(dirname "$f")" && cp -p "$tree/$f" "$before/$f"; fi
 		if [ -f "$pristine/$f" ]; then cp "$pristine/$f" "$tree/$f"; else rm -f "$tree/$f"; fi
 	done
 	for p in "$src"/scripts/kernel-patches/*.patch; do
 		log "kernel: applying $(basename "$p")"
 		patch -s -d "$tree" -p1 < "$p"
 	done
+	for f in $files; do
+		if [ -f "$before/$f" ] && cmp -s "$before/$f" "$tree/$f"; then touch -r "$before/$f" "$tree/$f"; fi
+	done
+	rm -rf "$before"
 	sed -n 's|^+++ b/||p' "$src"/scripts/kernel-patches/*.patch | sort -u > "$tree/.ferrdma-patched-files"
 	echo "$patchkey" > "$tree/.ferrdma-patch-key"
 fi

@@ -461,6 +461,9 @@ def kernel_cmdline(cfg: Config) -> str:
         # load the watchdog saw "skew", switched the guest to the HPET mid-run, and perftest's
         # TSC-vs-gettimeofday calibration then failed (r^2 < 0.9). The TSC is the better clock.
         "tsc=reliable",
+        # kmemleak's minimum object age, 5 s in the kernel (parameter: kernel-patches/0007):
+        # a leak check waits that long between its two scans (guest/lib.sh, kmemleak).
+        "kmemleak.min_age_ms=1000",
     ]
     if cfg.kasan:
         # 4-level paging: with -cpu max's LA57 the KASAN kernel reported a wild-memory-access
