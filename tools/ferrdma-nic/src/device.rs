@@ -174,7 +174,7 @@ impl Device {
 
     fn flush_tx(&mut self) {
         if let Some(sink) = &self.sink {
-            let frames = self.engine.take_tx();
+            let frames = self.engine.take_tx(self.clock.now_us());
             if !frames.is_empty() {
                 (sink.0)(frames);
             }
@@ -188,7 +188,7 @@ impl Device {
 
     /// Frames the engine queued (when there is no sink).
     pub fn take_tx(&mut self) -> Vec<Vec<u8>> {
-        self.engine.take_tx()
+        self.engine.take_tx(self.clock.now_us())
     }
 
     /// The device clock now.

@@ -57,7 +57,9 @@ pub const VERSION_MAJOR: u16 = 1;
 /// 7: two-level FAST_REG page lists ([`fast_reg::TWO_LEVEL`]) and up to
 ///    [`MAX_FAST_REG_PAGES`] pages per fast registration (512 before); larger tables
 ///    ([`MAX_QP`], [`MAX_CQ`], [`MAX_MR`]) and [`DB_PAGES`] (`Caps` reports each).
-pub const VERSION_MINOR: u16 = 7;
+/// 8: link-level flow control: the port obeys PFC and PAUSE frames and counts them
+///    ([`PortCounters::pfc_frames_rx`]).
+pub const VERSION_MINOR: u16 = 8;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -1410,8 +1412,9 @@ wire_struct! {
         pub cnps_handled: u64,
         /// Congestion notification packets received and ignored.
         pub cnps_ignored: u64,
-        /// Reserved, 0.
-        pub rsvd: u64,
+        /// PFC (802.1Qbb) or PAUSE (802.3x) frames the port obeyed (since 1.8; reserved, 0,
+        /// before).
+        pub pfc_frames_rx: u64,
     }
 }
 

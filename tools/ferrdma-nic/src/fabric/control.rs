@@ -12,6 +12,11 @@
 //!   `rate-mbps=N,delay-us=N,buffer=BYTES[,kmin=BYTES,kmax=BYTES,pmax=P]`; frames to PORT
 //!   leave at the line rate after the delay, drop when the buffer is full and are marked CE
 //!   by RED between kmin and kmax. On the host's real clock: a model, not a simulation.
+//! * `pfc PORT SPEC`, `pfc PORT off`: lossless mode for what comes in from PORT (`pfc.rs`):
+//!   SPEC `xoff=BYTES,xon=BYTES[,quanta=N][,prio=DIGITS]`; when the bytes from PORT waiting
+//!   in the link models' queues reach xoff, the switch sends PORT a PFC frame that pauses
+//!   those priorities, and resumes them at xon. Only a NIC port obeys (`nic:N`); a VM's
+//!   virtio-net ignores PFC frames, as a NIC without PFC does.
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
 //! * `cc nic:N [SPEC]`: NIC N's congestion control (`rdma/congestion.rs`), changed by SPEC
 //!   (`ecn=on,dcqcn=on,rpg_ai_rate=40,...`; refused whole if any part is bad), then shown as
@@ -45,6 +50,7 @@ use thiserror::Error;
 
 use super::egress::EgressConfig;
 use super::fault::FaultConfig;
+use super::pfc::PfcConfig;
 
 /// The longest request line accepted; a longer one is answered with an error and skipped.
 pub const MAX_LINE: usize = 1024;
@@ -88,6 +94,11 @@ pub enum Command {
         port: PortRef,
         shape: Option<EgressConfig>,
     },
+    /// `None`: lossy (no flow control towards the port).
+    Pfc {
+        port: PortRef,
+        pfc: Option<PfcConfig>,
+    },
     /// Test only: arm (`Some(offset)`) or disarm NIC `nic`'s WRITE corruption knob.
     Sabotage {
         nic: usize,
@@ -125,12 +136,15 @@ pub enum ParseError {
     Fault(#[from] super::fault::FaultError),
     #[error(transparent)]
     Shape(#[from] super::egress::EgressError),
+    #[error(transparent)]
+    Pfc(#[from] super::pfc::PfcError),
 }
 
 pub const HELP: &[&str] = &[
     "link PORT... up|down",
     "fault PORT SPEC|off    SPEC: drop=P,dup=P,reorder=P,delay=P,delay-ms=MS,ce=P",
     "shape PORT SPEC|off    SPEC: rate-mbps=N,delay-us=N,buffer=BYTES[,kmin=BYTES,kmax=BYTES,pmax=P] (link model: line rate, buffer, ECN marking)",
+    "pfc PORT SPEC|off    SPEC: xoff=BYTES,xon=BYTES[,quanta=N][,prio=DIGITS] (lossless: pause PORT when what it sent fills the queues)",
     "stats",
     "cc nic:N [KEY=VALUE,...]    congestion control of NIC N: ecn, dcqcn (on|off), line-mbps, DCQCN's roce_np/roce_rp parameters",
     "sabotage nic:N write-byte=OFFSET|off    TEST ONLY: corrupt byte OFFSET of every RDMA WRITE NIC N places",
@@ -202,6 +216,17 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
                 },
             },
             _ => return Err(ParseError::Usage("shape PORT SPEC|off")),
+        },
+        "pfc" => match words[1..] {
+            [port, spec] => Command::Pfc {
+                port: parse_port(port)?,
+                pfc: if spec == "off" {
+                    None
+                } else {
+                    Some(PfcConfig::parse(spec)?)
+                },
+            },
+            _ => return Err(ParseError::Usage("pfc PORT SPEC|off")),
         },
         "sabotage" => {
             const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run|fatal";
@@ -454,6 +479,24 @@ mod tests {
                 up: false
             }))
         );
+        assert_eq!(
+            parse("pfc nic:1 xoff=65536,xon=32768"),
+            Ok(Some(Command::Pfc {
+                port: PortRef::Nic(1),
+                pfc: Some(PfcConfig {
+                    xoff: 65536,
+                    xon: 32768,
+                    ..PfcConfig::default()
+                })
+            }))
+        );
+        assert_eq!(
+            parse("pfc nic:0 off"),
+            Ok(Some(Command::Pfc {
+                port: PortRef::Nic(0),
+                pfc: None
+            }))
+        );
         assert_eq!(parse("stats"), Ok(Some(Command::Stats)));
         assert_eq!(parse(""), Ok(None));
         assert_eq!(parse("   "), Ok(None));
@@ -490,6 +533,11 @@ mod tests {
             "fault 1 loss=0.1",
             "fault 1 drop=NaN",
             "stats now",
+            "pfc",
+            "pfc nic:0",
+            "pfc nic:0 xoff=10,xon=20",
+            "pfc nic:0 xoff=10,xon=5,quanta=0",
+            "pfc nic:0 xoff=10,xon=5 extra",
             "reboot",
             "LINK 1 down",
         ] {

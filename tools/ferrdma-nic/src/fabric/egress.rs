@@ -5,7 +5,11 @@
 //!
 //! * A frame offered at `now` joins the FIFO if the bytes still queued (not yet serialised
 //!   to the last bit) plus its own fit in the buffer; else it is dropped, as lossy Ethernet
-//!   does (lossless mode, PFC, comes on top of this).
+//!   does. Lossless mode (`fabric::pfc`) pauses the senders before that happens.
+//! * PFC: frames wait in a FIFO per priority (`wire::pfc::priority`); a PFC frame the port's
+//!   transmitter receives (`pause`) holds the priorities it names, and a switch sends its own
+//!   PFC frames ahead of the queues (`send_control`). `occupancy` is the switch's per-ingress
+//!   accounting that decides when to send them.
 //! * The line serialises one frame after the other at the line rate, each taking its bytes
 //!   plus [`WIRE_OVERHEAD`] (preamble, inter-frame gap and FCS, which frames here lack), so
 //!   a 1500-byte MTU link carries as many frames a second as a real one. A frame arrives at
@@ -19,11 +23,11 @@
 //! Time inside is kept in picoseconds, so that back-to-back frames at 100 Gb/s do not
 //! accumulate rounding.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use thiserror::Error;
 
-use crate::wire::ecn;
+use crate::wire::{ecn, pfc};
 
 /// Bytes a frame occupies on the line besides its own: preamble and SFD (8), FCS (4), the
 /// minimum inter-frame gap (12).
@@ -176,6 +180,10 @@ pub struct EgressCounters {
     pub sent_bytes: u64,
     /// The deepest the queue was, in bytes.
     pub max_depth: u64,
+    /// Link-layer control frames (PFC) sent.
+    pub control_sent: u64,
+    /// PFC or PAUSE frames this port's transmitter obeyed.
+    pub pauses_received: u64,
 }
 
 /// SplitMix64, as the fault injection uses: the marking sequence depends on the seed alone.
@@ -193,16 +201,56 @@ impl Rng {
     }
 }
 
-/// One egress port: its FIFO, the line and the frames propagating on it.
+/// A frame waiting for the line.
+#[derive(Debug)]
+struct Waiting {
+    /// When it was offered (ps): it cannot start earlier.
+    enq_ps: u64,
+    /// The port it came in from (PFC's per-ingress accounting).
+    ingress: usize,
+    frame: Vec<u8>,
+}
+
+/// The frame being serialised.
+#[derive(Debug)]
+struct OnLine {
+    /// When its last bit leaves (ps).
+    done_ps: u64,
+    /// Its priority and ingress, `None` for a control frame (not in the buffer).
+    data: Option<(u8, usize)>,
+    frame: Vec<u8>,
+}
+
+/// Which queue the next frame comes from.
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    Control,
+    Priority(usize),
+}
+
+/// One egress port: a FIFO per priority, the line and the frames propagating on it.
+///
+/// Frames are scheduled when the line frees, not when offered, so that PFC can hold a
+/// priority: a pause received at `t` lets the frame on the line finish and starts no frame of
+/// a paused priority until the pause ends. The line takes the frame that can start first;
+/// among those that can start at the same time, link-layer control frames (`send_control`)
+/// come first, then the priorities in round robin, a frame each.
 #[derive(Debug)]
 pub struct Egress {
     cfg: EgressConfig,
     rng: Rng,
-    /// Frames not yet fully serialised, with the time (ps) their last bit leaves.
-    queue: VecDeque<(u64, Vec<u8>)>,
+    control: VecDeque<Waiting>,
+    queues: [VecDeque<Waiting>; 8],
+    /// Bytes queued (the frame on the line included) per ingress port and priority.
+    by_ingress: BTreeMap<usize, [u64; 8]>,
     queued_bytes: u64,
-    /// When the line is free (ps): the last bit of the last queued frame.
+    on_line: Option<OnLine>,
+    /// When the line is free (ps): the last bit of the last frame started.
     line_free_ps: u64,
+    /// Until when (ps) each priority may start no frame: the PFC pauses this transmitter got.
+    paused_until_ps: [u64; 8],
+    /// The priority the round robin looks at first.
+    rr: usize,
     /// Frames on the wire, with their arrival time (ns) at the far end.
     flight: VecDeque<(u64, Vec<u8>)>,
     counters: EgressCounters,
@@ -214,9 +262,14 @@ impl Egress {
         Ok(Egress {
             cfg,
             rng: Rng(seed),
-            queue: VecDeque::new(),
+            control: VecDeque::new(),
+            queues: Default::default(),
+            by_ingress: BTreeMap::new(),
             queued_bytes: 0,
+            on_line: None,
             line_free_ps: 0,
+            paused_until_ps: [0; 8],
+            rr: 0,
             flight: VecDeque::new(),
             counters: EgressCounters::default(),
         })
@@ -230,20 +283,77 @@ impl Egress {
         self.counters
     }
 
-    /// Moves frames whose last bit has left by `now` from the queue onto the wire.
+    /// The frame that can start first, when (ps) and how long it is, if any waits and the
+    /// line is not busy.
+    fn next_start(&self) -> Option<(u64, Next, usize)> {
+        if self.on_line.is_some() {
+            return None;
+        }
+        let mut best: Option<(u64, Next, usize)> = self.control.front().map(|w| {
+            (
+                self.line_free_ps.max(w.enq_ps),
+                Next::Control,
+                w.frame.len(),
+            )
+        });
+        for i in 0..8 {
+            let p = (self.rr + i) % 8;
+            if let Some(w) = self.queues[p].front() {
+                let t = self.line_free_ps.max(w.enq_ps).max(self.paused_until_ps[p]);
+                if best.is_none_or(|(b, _, _)| t < b) {
+                    best = Some((t, Next::Priority(p), w.frame.len()));
+                }
+            }
+        }
+        best
+    }
+
+    /// Runs the line up to `now`: finishes frames whose last bit left, starts the next ones.
     fn advance(&mut self, now_ns: u64) {
         let now_ps = now_ns.saturating_mul(1000);
-        while let Some(&(done_ps, _)) = self.queue.front() {
-            if done_ps > now_ps {
-                break;
+        loop {
+            if let Some(cur) = &self.on_line {
+                if cur.done_ps > now_ps {
+                    break;
+                }
+                let Some(cur) = self.on_line.take() else {
+                    break;
+                };
+                let len = cur.frame.len() as u64;
+                if let Some((p, ingress)) = cur.data {
+                    self.queued_bytes -= len;
+                    if let Some(b) = self.by_ingress.get_mut(&ingress) {
+                        b[usize::from(p)] -= len;
+                        if b.iter().all(|&v| v == 0) {
+                            self.by_ingress.remove(&ingress);
+                        }
+                    }
+                    self.counters.sent_bytes += len;
+                }
+                let arrive = cur.done_ps.div_ceil(1000).saturating_add(self.cfg.delay_ns);
+                self.flight.push_back((arrive, cur.frame));
             }
-            let Some((_, f)) = self.queue.pop_front() else {
+            let Some((start, next, len)) = self.next_start() else {
                 break;
             };
-            self.queued_bytes -= f.len() as u64;
-            self.counters.sent_bytes += f.len() as u64;
-            let arrive = done_ps.div_ceil(1000).saturating_add(self.cfg.delay_ns);
-            self.flight.push_back((arrive, f));
+            if start > now_ps {
+                break;
+            }
+            let (w, data) = match next {
+                Next::Control => (self.control.pop_front(), None),
+                Next::Priority(p) => {
+                    self.rr = (p + 1) % 8;
+                    (self.queues[p].pop_front(), Some(p as u8))
+                }
+            };
+            let Some(w) = w else { break };
+            let done_ps = start.saturating_add(self.cfg.serialise_ps(len));
+            self.line_free_ps = done_ps;
+            self.on_line = Some(OnLine {
+                done_ps,
+                data: data.map(|p| (p, w.ingress)),
+                frame: w.frame,
+            });
         }
     }
 
@@ -251,6 +361,13 @@ impl Egress {
     pub fn depth(&mut self, now_ns: u64) -> u64 {
         self.advance(now_ns);
         self.queued_bytes
+    }
+
+    /// Bytes queued at `now` that came in from `ingress`, per priority (a switch's PFC
+    /// accounting sums these over its egress ports).
+    pub fn occupancy(&mut self, ingress: usize, now_ns: u64) -> [u64; 8] {
+        self.advance(now_ns);
+        self.by_ingress.get(&ingress).copied().unwrap_or([0; 8])
     }
 
     /// The probability of marking an ECN-capable frame that finds `depth` bytes queued.
@@ -265,8 +382,13 @@ impl Egress {
         }
     }
 
-    /// Offers `frame` at `now`.
-    pub fn offer(&mut self, mut frame: Vec<u8>, now_ns: u64) -> Verdict {
+    /// Offers `frame` at `now` (from ingress port 0).
+    pub fn offer(&mut self, frame: Vec<u8>, now_ns: u64) -> Verdict {
+        self.offer_from(frame, 0, now_ns)
+    }
+
+    /// Offers `frame`, which came in from port `ingress`, at `now`.
+    pub fn offer_from(&mut self, mut frame: Vec<u8>, ingress: usize, now_ns: u64) -> Verdict {
         self.advance(now_ns);
         let len = frame.len() as u64;
         if self.queued_bytes + len > self.cfg.buffer_bytes {
@@ -277,19 +399,60 @@ impl Egress {
         // Roll only for ECN-capable frames, so other traffic does not move the sequence.
         let capable = p > 0.0 && ecn::ecn(&frame).is_some_and(|e| e.is_capable());
         let marked = capable && self.rng.chance(p) && ecn::mark_ce(&mut frame);
-        let start = self.line_free_ps.max(now_ns.saturating_mul(1000));
-        let done = start.saturating_add(self.cfg.serialise_ps(frame.len()));
-        self.line_free_ps = done;
+        let prio = pfc::priority(&frame);
         self.queued_bytes += len;
+        self.by_ingress.entry(ingress).or_default()[usize::from(prio)] += len;
         self.counters.max_depth = self.counters.max_depth.max(self.queued_bytes);
-        self.queue.push_back((done, frame));
+        self.queues[usize::from(prio)].push_back(Waiting {
+            enq_ps: now_ns.saturating_mul(1000),
+            ingress,
+            frame,
+        });
         self.counters.queued += 1;
+        // An idle line starts it now.
+        self.advance(now_ns);
         if marked {
             self.counters.marked += 1;
             Verdict::Marked
         } else {
             Verdict::Queued
         }
+    }
+
+    /// Sends a link-layer control frame (PFC) at `now`: after the frame on the line, before
+    /// anything queued, outside the buffer and never paused, as a MAC sends its pause frames.
+    pub fn send_control(&mut self, frame: Vec<u8>, now_ns: u64) {
+        self.advance(now_ns);
+        self.control.push_back(Waiting {
+            enq_ps: now_ns.saturating_mul(1000),
+            ingress: 0,
+            frame,
+        });
+        self.counters.control_sent += 1;
+        self.advance(now_ns);
+    }
+
+    /// Obeys a PFC (or PAUSE) frame received at `now` by this port's transmitter: each
+    /// priority it enables starts no frame for its time (0: at once again). A frame on the
+    /// line finishes.
+    pub fn pause(&mut self, pfc: &pfc::Pfc, now_ns: u64) {
+        self.advance(now_ns);
+        let now_ps = now_ns.saturating_mul(1000);
+        for (p, q) in pfc.quanta.iter().enumerate() {
+            if pfc.enable & (1 << p) != 0 {
+                let ns = pfc::quanta_ns(*q, self.cfg.rate_bps);
+                self.paused_until_ps[p] = now_ps.saturating_add(ns.saturating_mul(1000));
+            }
+        }
+        self.counters.pauses_received += 1;
+        self.advance(now_ns);
+    }
+
+    /// Whether priority `prio` is paused at `now`.
+    pub fn is_paused(&self, prio: u8, now_ns: u64) -> bool {
+        self.paused_until_ps
+            .get(usize::from(prio))
+            .is_some_and(|&t| t > now_ns.saturating_mul(1000))
     }
 
     /// Frames that have arrived at the far end by `now`, in order.
@@ -302,21 +465,35 @@ impl Egress {
         }
     }
 
-    /// When `poll` next has a frame to give (ns), if any frame is queued or on the wire.
+    /// When `poll` next has a frame to give (ns), if any frame is queued or on the wire. A
+    /// paused priority's frames are due after the pause.
     pub fn next_due(&self) -> Option<u64> {
-        if let Some((t, _)) = self.flight.front() {
-            return Some(*t);
+        let arrive = |done_ps: u64| done_ps.div_ceil(1000).saturating_add(self.cfg.delay_ns);
+        let line = match &self.on_line {
+            Some(cur) => Some(arrive(cur.done_ps)),
+            None => self
+                .next_start()
+                .map(|(t, _, len)| arrive(t.saturating_add(self.cfg.serialise_ps(len)))),
+        };
+        match (self.flight.front().map(|(t, _)| *t), line) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        self.queue
-            .front()
-            .map(|(done, _)| done.div_ceil(1000).saturating_add(self.cfg.delay_ns))
     }
 
     /// Loses everything queued or on the wire (a link taken down); returns how many frames.
     pub fn clear(&mut self) -> usize {
-        let n = self.queue.len() + self.flight.len();
-        self.queue.clear();
+        let n = self.control.len()
+            + self.queues.iter().map(VecDeque::len).sum::<usize>()
+            + usize::from(self.on_line.is_some())
+            + self.flight.len();
+        self.control.clear();
+        for q in &mut self.queues {
+            q.clear();
+        }
+        self.on_line = None;
         self.flight.clear();
+        self.by_ingress.clear();
         self.queued_bytes = 0;
         n
     }
@@ -465,6 +642,74 @@ mod tests {
         e.offer(vec![0; 1476], 10_000);
         assert_eq!(e.next_due(), Some(10_000 + 1200 + 1000));
         assert_eq!(e.counters().sent_bytes, 3 * 1476);
+    }
+
+    #[test]
+    fn a_pause_holds_its_priority_and_lets_the_frame_on_the_line_finish() {
+        use crate::wire::pfc::Pfc;
+        // 10 Gb/s; 1476 + 24 bytes take 1200 ns. Priority 3 (DSCP 26) and priority 0 (not IP).
+        let mut e = Egress::new(cfg(10, 1 << 20, None), 1).unwrap();
+        let mut data = ip_frame(1476, Ecn::Ect0);
+        data[15] = (26 << 2) | 2;
+        for _ in 0..3 {
+            e.offer_from(data.clone(), 4, 0);
+        }
+        e.offer_from(vec![0; 1476], 5, 0);
+        assert_eq!(e.occupancy(4, 0)[3], 3 * 1476);
+        assert_eq!(e.occupancy(5, 0)[0], 1476);
+        // At 600 ns the first frame is half out; a pause of priority 3 for 100 quanta
+        // (5120 ns) lets it finish at 1200, then only the priority-0 frame may go.
+        e.pause(&Pfc::new([0; 6], 1 << 3, 100), 600);
+        assert!(e.is_paused(3, 600) && !e.is_paused(0, 600));
+        let mut out = Vec::new();
+        e.poll(1200 + 1000, &mut out);
+        assert_eq!(out.len(), 1);
+        e.poll(2400 + 1000, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1].len(), 1476);
+        assert_eq!(
+            out[1][12..14],
+            [0, 0],
+            "the priority-0 frame overtook the paused ones"
+        );
+        assert_eq!(e.occupancy(5, 3400), [0; 8]);
+        // Nothing more until the pause ends at 5720 ns; next_due says so.
+        assert_eq!(e.next_due(), Some(5720 + 1200 + 1000));
+        e.poll(5720 + 1000, &mut out);
+        assert_eq!(out.len(), 2);
+        e.poll(5720 + 2 * 1200 + 1000, &mut out);
+        assert_eq!(out.len(), 4);
+        assert_eq!(e.occupancy(4, 9120), [0; 8]);
+        // An XON (time 0) resumes at once.
+        e.offer_from(data.clone(), 4, 10_000);
+        e.offer_from(data.clone(), 4, 10_000);
+        e.pause(&Pfc::new([0; 6], 1 << 3, 0xffff), 10_000);
+        e.pause(&Pfc::new([0; 6], 1 << 3, 0), 12_000);
+        assert!(!e.is_paused(3, 12_000));
+        e.poll(12_000 + 1200 + 1000, &mut out);
+        assert_eq!(out.len(), 6);
+        assert_eq!(e.counters().pauses_received, 3);
+    }
+
+    #[test]
+    fn control_frames_go_before_the_queue_and_outside_the_buffer() {
+        let mut e = Egress::new(cfg(10, 3000, None), 1).unwrap();
+        e.offer(vec![1; 1476], 0);
+        e.offer(vec![2; 1476], 0);
+        // The buffer is full, yet a control frame goes: after the frame on the line.
+        assert_eq!(e.offer(vec![3; 100], 0), Verdict::Dropped);
+        e.send_control(vec![9; 60], 100);
+        assert_eq!(e.depth(100), 2 * 1476);
+        let mut out = Vec::new();
+        e.poll(u64::MAX / 2, &mut out);
+        let first: Vec<u8> = out.iter().map(|f| f[0]).collect();
+        assert_eq!(first, [1, 9, 2]);
+        assert_eq!(e.counters().control_sent, 1);
+        assert_eq!(
+            e.counters().sent_bytes,
+            2 * 1476,
+            "control frames are not data"
+        );
     }
 
     #[test]

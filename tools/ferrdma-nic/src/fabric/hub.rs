@@ -42,6 +42,7 @@ use super::control::{self, Command, PortRef, Reply, SabotageKnob};
 use super::egress::{Egress, EgressConfig};
 use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
+use super::pfc::{PfcConfig, PfcIngress};
 use super::queue::FrameSender;
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
@@ -59,6 +60,18 @@ const MAX_CONNECTIONS: usize = 64;
 const PCAP_BUFFER: usize = 1 << 20;
 /// MAC aging in seconds of the switch's clock.
 const AGING_SECS: u64 = 300;
+/// The line rate a port without a link model has for PFC's pause quanta: a NIC's default
+/// (`CcConfig::line_mbps`).
+const UNSHAPED_RATE_BPS: u64 = 100_000_000_000;
+/// An ingress for frames a fault link held back, which lost where they came in: they count
+/// against no port's PFC accounting.
+const NO_INGRESS: PortId = PortId::MAX;
+
+/// The MAC the switch's port `p` sends its PFC frames from (locally administered).
+fn switch_port_mac(p: PortId) -> Mac {
+    let b = (p as u32).to_be_bytes();
+    [0x02, 0x66, b[0], b[1], b[2], b[3]]
+}
 
 #[derive(Debug, Error)]
 pub enum HubError {
@@ -148,7 +161,9 @@ impl control::Apply for HubControl {
     fn apply(&self, cmd: Command) -> Reply {
         let ports: &[PortRef] = match &cmd {
             Command::Link { ports, .. } => ports,
-            Command::Fault { port, .. } | Command::Shape { port, .. } => std::slice::from_ref(port),
+            Command::Fault { port, .. }
+            | Command::Shape { port, .. }
+            | Command::Pfc { port, .. } => std::slice::from_ref(port),
             Command::Sabotage { nic, knob: what } => {
                 // The knob is the NIC's, not the switch's: set it here.
                 let Some(knob) = self.sabotage.get(*nic) else {
@@ -465,6 +480,8 @@ struct Setting {
     fault: Option<FaultConfig>,
     /// The link model of the port (`fabric/egress.rs`): line rate, buffer, ECN marking.
     shape: Option<EgressConfig>,
+    /// Lossless mode for what comes in from the port (`fabric/pfc.rs`).
+    pfc: Option<PfcConfig>,
 }
 
 /// Nanoseconds since `start`: the link models' clock.
@@ -486,6 +503,8 @@ struct SwitchState {
     links: HashMap<PortId, Link>,
     /// Ports with a link model: frames leave at its line rate, after its delay.
     shapers: HashMap<PortId, Egress>,
+    /// Ports the switch flow-controls (PFC), by what came in from them.
+    pfc: HashMap<PortId, PfcIngress>,
     settings: HashMap<PortRef, Setting>,
     stats: BTreeMap<PortId, PortStats>,
     seed: u64,
@@ -548,9 +567,28 @@ impl SwitchState {
         }
     }
 
+    /// Gives `port` the flow control its setting asks for; a new one starts with nothing
+    /// paused.
+    fn configure_pfc(&mut self, port: PortId, pfc: Option<PfcConfig>) {
+        if self.pfc.get(&port).map(|p| *p.config()) == pfc {
+            return;
+        }
+        match pfc.map(PfcIngress::new) {
+            None => {
+                self.pfc.remove(&port);
+            }
+            Some(Ok(p)) => {
+                self.pfc.insert(port, p);
+            }
+            // Validated when parsed; a failure here would be a bug, so just log.
+            Some(Err(e)) => log::error!("port {port}: {e}"),
+        }
+    }
+
     /// Gives `port` the link its setting asks for (none when there is nothing to do).
     fn configure(&mut self, port: PortId, set: Setting) {
         self.configure_shape(port, set.shape);
+        self.configure_pfc(port, set.pfc);
         if set.down {
             // A pulled cable loses what the line held.
             if let Some(e) = self.shapers.get_mut(&port) {
@@ -617,6 +655,17 @@ impl SwitchState {
                 log::info!("control: {port} link model {shape:?} (switch ports {ports:?})");
                 Ok(Vec::new())
             }
+            Command::Pfc { port, pfc } => {
+                let set = self.settings.entry(port).or_default();
+                set.pfc = pfc;
+                let set = *set;
+                let ports = self.ports_of(port);
+                for &p in &ports {
+                    self.configure(p, set);
+                }
+                log::info!("control: {port} flow control {pfc:?} (switch ports {ports:?})");
+                Ok(Vec::new())
+            }
             Command::Stats => Ok(self.stats_lines()),
             // Applied by `HubControl` itself; never sent here.
             Command::Help | Command::Sabotage { .. } | Command::Cc { .. } => Ok(Vec::new()),
@@ -664,6 +713,15 @@ impl SwitchState {
                     c.queued, c.marked, c.dropped, c.sent_bytes, c.max_depth
                 ));
             }
+            if let Some(f) = self.pfc.get(&p) {
+                let c = f.counters();
+                lines.push(format!(
+                    "port {p} {name} pfc pauses={} resumes={} paused={:#04x}",
+                    c.pauses,
+                    c.resumes,
+                    f.paused()
+                ));
+            }
         }
         let c = self.sw.counters();
         lines.push(format!(
@@ -680,9 +738,9 @@ impl SwitchState {
         lines
     }
 
-    /// Queue a frame to a port through its link (if it has one); frames to an engine wait in
-    /// its batch for [`SwitchState::deliver_batches`].
-    fn emit(&mut self, p: PortId, frame: Vec<u8>, ready: &mut Vec<Vec<u8>>) {
+    /// Queue a frame that came in from `ingress` to a port through its link (if it has
+    /// one); frames to an engine wait in its batch for [`SwitchState::deliver_batches`].
+    fn emit(&mut self, p: PortId, ingress: PortId, frame: Vec<u8>, ready: &mut Vec<Vec<u8>>) {
         ready.clear();
         match self.links.get_mut(&p) {
             Some(link) => {
@@ -691,20 +749,21 @@ impl SwitchState {
             }
             None => ready.push(frame),
         }
-        self.shape(p, ready);
+        self.shape(p, ingress, ready);
         self.queue_to(p, ready);
     }
 
-    /// Passes `frames` through port `p`'s link model, if it has one: they join its queue
-    /// (or are dropped or marked), and what has left the far end by now takes their place.
-    fn shape(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>) {
+    /// Passes `frames` (from `ingress`) through port `p`'s link model, if it has one: they
+    /// join its queue (or are dropped or marked), and what has left the far end by now takes
+    /// their place.
+    fn shape(&mut self, p: PortId, ingress: PortId, frames: &mut Vec<Vec<u8>>) {
         // Most ports have no model: no clock read on their frames' path.
         let Some(e) = self.shapers.get_mut(&p) else {
             return;
         };
         let now = ns_since(self.start);
         for f in frames.drain(..) {
-            e.offer(f, now);
+            e.offer_from(f, ingress, now);
         }
         e.poll(now, frames);
     }
@@ -771,6 +830,7 @@ impl Core {
             port_lan: HashMap::new(),
             links: HashMap::new(),
             shapers: HashMap::new(),
+            pfc: HashMap::new(),
             settings: HashMap::new(),
             stats: BTreeMap::new(),
             seed: faults.seed,
@@ -827,6 +887,7 @@ impl Core {
         st.port_lan.remove(&port);
         st.stats.remove(&port);
         st.shapers.remove(&port);
+        st.pfc.remove(&port);
         if let Some(l) = st.links.remove(&port) {
             log::info!("port {port} faults: {:?}", l.counters());
         }
@@ -849,25 +910,16 @@ impl Core {
             if self.out.is_empty() {
                 continue;
             }
-            if let Some(w) = self.pcap.as_mut() {
-                match w.write(&frame) {
-                    Ok(()) => {
-                        self.unflushed_since.get_or_insert_with(Instant::now);
-                    }
-                    Err(e) => {
-                        log::error!("pcap: {e}; capture stopped");
-                        self.pcap = None;
-                    }
-                }
-            }
+            self.capture(&frame);
             // The last port takes the frame itself: one copy fewer per unicast frame.
             if let Some((&last, rest)) = self.out.split_last() {
                 for &p in rest {
-                    self.st.emit(p, frame.clone(), &mut self.ready);
+                    self.st.emit(p, port, frame.clone(), &mut self.ready);
                 }
-                self.st.emit(last, frame, &mut self.ready);
+                self.st.emit(last, port, frame, &mut self.ready);
             }
         }
+        self.flow_control();
         self.st.deliver_batches();
         let sooner = match (self.next_due(), due_before) {
             (Some(now), Some(before)) => now < before,
@@ -877,8 +929,62 @@ impl Core {
         sooner || (clean_before && self.unflushed_since.is_some())
     }
 
-    /// When the next delayed frame is due, or the next frame leaves a link model (switch
-    /// clock, ns).
+    /// Writes `frame` to the capture, if there is one.
+    fn capture(&mut self, frame: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            match w.write(frame) {
+                Ok(()) => {
+                    self.unflushed_since.get_or_insert_with(Instant::now);
+                }
+                Err(e) => {
+                    log::error!("pcap: {e}; capture stopped");
+                    self.pcap = None;
+                }
+            }
+        }
+    }
+
+    /// Lossless mode (`fabric/pfc.rs`): per flow-controlled port, what came in from it and
+    /// still waits in the link models; the PFC frames this calls for go out of that port
+    /// (ahead of its queue if it has a link model) and into the capture.
+    fn flow_control(&mut self) {
+        if self.st.pfc.is_empty() {
+            return;
+        }
+        let now = self.st.ns();
+        let ports: Vec<PortId> = self.st.pfc.keys().copied().collect();
+        for p in ports {
+            let mut occ = [0u64; 8];
+            for e in self.st.shapers.values_mut() {
+                for (o, b) in occ.iter_mut().zip(e.occupancy(p, now)) {
+                    *o += b;
+                }
+            }
+            let rate = self
+                .st
+                .shapers
+                .get(&p)
+                .map_or(UNSHAPED_RATE_BPS, |e| e.config().rate_bps);
+            let Some(f) = self.st.pfc.get_mut(&p) else {
+                continue;
+            };
+            let Some(pfc) = f.update(&occ, now, rate, switch_port_mac(p)) else {
+                continue;
+            };
+            let frame = pfc.build();
+            self.capture(&frame);
+            if let Some(e) = self.st.shapers.get_mut(&p) {
+                e.send_control(frame, now);
+            } else {
+                self.ready.clear();
+                self.ready.push(frame);
+                self.st.queue_to(p, &mut self.ready);
+            }
+        }
+    }
+
+    /// When the next delayed frame is due, or the next frame leaves a link model, or a PFC
+    /// pause must be sent again (switch clock, ns).
     fn next_due(&self) -> Option<u64> {
         let delayed = self
             .st
@@ -890,7 +996,8 @@ impl Core {
             // as long as asked.
             .map(|ms| ms.saturating_add(1).saturating_mul(1_000_000));
         let shaped = self.st.shapers.values().filter_map(Egress::next_due);
-        delayed.chain(shaped).min()
+        let refresh = self.st.pfc.values().filter_map(PfcIngress::next_refresh);
+        delayed.chain(shaped).chain(refresh).min()
     }
 
     /// Queues the delayed frames that are due (through the port's link model, if any) and
@@ -903,7 +1010,7 @@ impl Core {
             if let Some(link) = self.st.links.get_mut(&p) {
                 link.poll(now, &mut self.ready);
             }
-            self.st.shape(p, &mut self.ready);
+            self.st.shape(p, NO_INGRESS, &mut self.ready);
             self.st.queue_to(p, &mut self.ready);
         }
         let now = self.st.ns();
@@ -915,6 +1022,7 @@ impl Core {
             }
             self.st.queue_to(p, &mut self.ready);
         }
+        self.flow_control();
         self.st.deliver_batches();
     }
 
@@ -1210,6 +1318,82 @@ mod tests {
 
     /// `cc nic:N SPEC` changes exactly NIC N's settings, which an engine sharing the knob
     /// takes at its next step; a bad SPEC changes nothing.
+    #[test]
+    fn pfc_pauses_the_port_whose_frames_fill_the_queue_and_resumes_it() {
+        use super::super::control::handle_line;
+        use super::super::queue::{frame_queue, Received};
+        use super::super::testframes::roce;
+        use crate::wire::pfc::Pfc;
+        let dir = tmpdir();
+        let cap = dir.join("pfc.pcap");
+        let (a, b) = ([0x52, 0x54, 0, 0, 3, 0], [0x52, 0x54, 0, 0, 3, 1]);
+        let (tx_a, rx_a) = frame_queue(64);
+        let (tx_b, rx_b) = frame_queue(256);
+        let nics = vec![
+            NicAttachment {
+                mac: a,
+                inbound: tx_a,
+            },
+            NicAttachment {
+                mac: b,
+                inbound: tx_b,
+            },
+        ];
+        let capture = Capture {
+            path: cap.clone(),
+            snaplen: 128,
+        };
+        let hub = Hub::start(&[], Some(&capture), nics, Faults::default()).unwrap();
+        let f = roce(a, b, false, false);
+        let len = f.len();
+        // NIC 0's port drains at 1 Mb/s (752 us a frame); what NIC 1 sends it is paused at
+        // two frames queued and resumed at one. The test frames are priority 0.
+        let shape = format!("shape nic:0 rate-mbps=1,buffer={}", 100 * len);
+        let pfc = format!("pfc nic:1 xoff={},xon={},prio=0", 2 * len, len);
+        for cmd in [shape, pfc] {
+            assert!(handle_line(cmd.as_bytes(), &hub.control).unwrap().is_ok());
+        }
+        hub.engine_ports[1].send(vec![f.clone(); 6]);
+        let t0 = Instant::now();
+        let (mut to_a, mut pfc_to_b) = (0, Vec::new());
+        while (to_a < 6 || pfc_to_b.last().is_none_or(|p: &Pfc| p.quanta[0] != 0))
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            if let Received::Frames(fr) = rx_a.recv(16, std::time::Duration::from_millis(1)) {
+                to_a += fr.len();
+            }
+            while let Received::Frames(fr) = rx_b.recv(16, std::time::Duration::ZERO) {
+                pfc_to_b.extend(fr.iter().map(|g| Pfc::parse(g).expect("only PFC to NIC 1")));
+            }
+        }
+        assert_eq!(to_a, 6, "lossless: every frame arrives");
+        // The first pauses priority 0 from the switch port's MAC; the last resumes it.
+        let first = pfc_to_b.first().expect("a pause");
+        assert_eq!((first.enable, first.quanta[0]), (1, 0xffff));
+        assert_eq!(first.src, switch_port_mac(1));
+        assert_eq!(pfc_to_b.last().map(|p| p.quanta), Some([0; 8]));
+        let stats = handle_line(b"stats", &hub.control).unwrap().unwrap();
+        let line = stats
+            .iter()
+            .find(|l| l.contains(" pfc "))
+            .unwrap_or_else(|| panic!("no pfc line: {stats:?}"));
+        assert!(
+            line.contains("nic:1") && line.contains("resumes=1") && line.contains("paused=0x00"),
+            "{line}"
+        );
+        // Every PFC frame is in the capture (`stats` flushed it).
+        let pcap = std::fs::read(&cap).unwrap();
+        let n = pcap
+            .windows(18)
+            .filter(|w| w[..6] == crate::wire::pfc::PAUSE_DST && w[12..14] == [0x88, 0x08])
+            .count();
+        assert_eq!(n, pfc_to_b.len());
+        assert!(handle_line(b"pfc nic:1 xoff=1,xon=2", &hub.control)
+            .unwrap()
+            .is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn control_sets_one_nics_congestion_control() {
         use super::super::control::handle_line;

@@ -9,6 +9,7 @@ pub mod fault;
 pub mod hub;
 pub mod pcap;
 pub mod pcapcheck;
+pub mod pfc;
 pub mod queue;
 pub mod stream;
 pub mod switch;

@@ -46,6 +46,10 @@ pub struct Counters {
     pub dropped_unknown_port: u64,
     /// Frames whose only destination was their ingress port.
     pub dropped_same_port: u64,
+    /// Frames to an IEEE 802.1D reserved link-local address (01-80-C2-00-00-00 to -0F:
+    /// PAUSE and PFC, LACP, LLDP...), which a bridge consumes and never forwards: a VM's
+    /// PFC frame must not pause other stations.
+    pub dropped_link_local: u64,
     /// Source MACs not learned because the table was full.
     pub table_full: u64,
 }
@@ -210,6 +214,10 @@ impl Switch {
         src.copy_from_slice(&frame[6..12]);
         if is_multicast(&src) {
             self.counters.dropped_bad_source += 1;
+            return;
+        }
+        if dst[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && dst[5] <= 0x0f {
+            self.counters.dropped_link_local += 1;
             return;
         }
         self.learn(src, ingress, now);
@@ -464,6 +472,24 @@ mod tests {
     }
 
     #[test]
+    fn link_local_frames_such_as_pfc_are_never_forwarded() {
+        let mut sw = switch(&[1, 2, 3]);
+        sw.set_engine(C, 3);
+        let pfc = crate::wire::pfc::Pfc::new(A, 0xff, 0xffff).build();
+        assert!(fwd(&mut sw, 1, &pfc, 0).is_empty());
+        for last in [0x00, 0x0e, 0x0f] {
+            let f = plain([0x01, 0x80, 0xc2, 0, 0, last], A);
+            assert!(fwd(&mut sw, 1, &f, 0).is_empty(), "{last:#x}");
+        }
+        assert_eq!(sw.counters().dropped_link_local, 4);
+        // 01-80-C2-00-00-10 and up are ordinary multicast.
+        assert_eq!(
+            fwd(&mut sw, 1, &plain([0x01, 0x80, 0xc2, 0, 0, 0x10], A), 0),
+            vec![2]
+        );
+    }
+
+    #[test]
     fn removing_a_port_forgets_it() {
         let mut sw = switch(&[1, 2, 3]);
         sw.set_engine(C, 3);
@@ -505,7 +531,7 @@ mod tests {
                 }
                 let c = sw.counters();
                 let total = c.forwarded + c.flooded + c.dropped_short + c.dropped_bad_source
-                    + c.dropped_unknown_port + c.dropped_same_port;
+                    + c.dropped_unknown_port + c.dropped_same_port + c.dropped_link_local;
                 proptest::prop_assert_eq!(total, n as u64 + 1);
             }
         }

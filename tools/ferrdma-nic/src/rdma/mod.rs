@@ -19,6 +19,7 @@ pub mod mcast;
 pub mod mr;
 pub mod pagelist;
 mod path;
+pub mod pause;
 pub mod qp;
 mod requester;
 mod responder;
@@ -107,6 +108,8 @@ pub struct Engine {
     counters: PortCounters,
     /// Frames for the fabric (bounded by `transport::MAX_OUTBOX`).
     outbox: VecDeque<Vec<u8>>,
+    /// Link-level flow control: the priorities the switch paused (`pause.rs`).
+    tx_pause: pause::TxPause,
     /// IPv4 identification of the next frame.
     ip_id: u16,
     /// `--hostile-caps`: the QUERY_CAPS replies (test only; `None`: the real limits). Kept
@@ -153,6 +156,7 @@ impl Engine {
             stats: Stats::default(),
             counters: PortCounters::default(),
             outbox: VecDeque::new(),
+            tx_pause: pause::TxPause::default(),
             ip_id: 0,
             caps_plan: None,
             sabotage: Arc::default(),
@@ -358,6 +362,15 @@ impl Engine {
         if !self.port.link_up || self.fatal {
             // A port whose link is down hears nothing, as it sends nothing.
             self.stats.rx_drops += 1;
+        } else if crate::wire::pfc::is_mac_control(frame) {
+            // Link-level flow control is the MAC's: no DMA, no RoCE counters.
+            match crate::wire::pfc::Pfc::parse(frame) {
+                Some(p) => {
+                    self.tx_pause.obey(&p, env.now_us, self.cc.line_mbps);
+                    self.counters.pfc_frames_rx += 1;
+                }
+                None => self.stats.rx_drops += 1,
+            }
         } else if env.bus_master {
             self.receive_frame(env, frame);
         } else {

@@ -3,6 +3,8 @@
 //! `AV_FLAG_IPV4`, means IPv4), UDP source port from `udp_sport`, destination port 4791.
 //! Built frames go to the engine's outbox, which the device drains to the fabric.
 
+use std::collections::VecDeque;
+
 use crate::interface::{QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN};
 use crate::wire::bth::Bth;
 use crate::wire::eth::{EthHeader, Vlan};
@@ -121,9 +123,32 @@ impl Engine {
         Ok(len)
     }
 
-    /// Frames waiting for the fabric, oldest first (the caller sends them in order).
-    pub fn take_tx(&mut self) -> Vec<Vec<u8>> {
-        self.outbox.drain(..).collect()
+    /// Frames that may leave for the fabric at `now_us`, oldest first (the caller sends them
+    /// in order): all but those of priorities the switch paused (`pause.rs`), which wait.
+    pub fn take_tx(&mut self, now_us: u64) -> Vec<Vec<u8>> {
+        if !self.tx_pause.any(now_us) {
+            return self.outbox.drain(..).collect();
+        }
+        let mut go = Vec::new();
+        let mut held = VecDeque::new();
+        for f in self.outbox.drain(..) {
+            if self.tx_pause.holds(crate::wire::pfc::priority(&f), now_us) {
+                held.push_back(f);
+            } else {
+                go.push(f);
+            }
+        }
+        self.outbox = held;
+        go
+    }
+
+    /// Frames held by a pause (`pause.rs`) and when the first of them may leave.
+    pub(super) fn held_tx_release(&self, now_us: u64) -> Option<u64> {
+        if self.outbox.is_empty() {
+            None
+        } else {
+            self.tx_pause.next_release(now_us)
+        }
     }
 }
 

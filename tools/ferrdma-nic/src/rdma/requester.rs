@@ -655,10 +655,17 @@ impl Engine {
         }
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
+        // A full outbox (frames held by a PFC pause) frees no room before the pause ends:
+        // QPs with packets to send are due then, not now.
+        let room = self.tx_room(1);
+        if let Some(t) = self.held_tx_release(now) {
+            at(t);
+        }
         for (_, qp) in self.qps.iter() {
             if let Some(t) = qp.req.rnr_until {
                 at(t);
-            } else if qp.req.pending.iter().any(|p| !p.all_sent())
+            } else if room
+                && qp.req.pending.iter().any(|p| !p.all_sent())
                 && qp.req.inflight_pkts() < MAX_INFLIGHT_PKTS
                 && matches!(qp.state(), qp_state::RTS | qp_state::SQD)
                 && qp.cc.may_send(now)
@@ -672,7 +679,7 @@ impl Engine {
             if let Some(t) = qp.req.deadline {
                 at(t);
             }
-            if !qp.resp.reads.is_empty() && qp.cc.may_send(now) {
+            if room && !qp.resp.reads.is_empty() && qp.cc.may_send(now) {
                 at(now);
             }
             if let Some(t) = qp.rnr_retry_at {

@@ -5,9 +5,10 @@
 //! run is the same run on an idle or a loaded host (time and rate are the model's own).
 //!
 //! The experiments: lossy without congestion control (the buffer overflows: drops and
-//! retransmissions), and DCQCN (ECN marking, CNPs, per-QP rate limiting: the queue held
-//! between the marking thresholds, no drops, fair shares, the link kept busy). Each checks
-//! the bytes of the last WRITE of every sender.
+//! retransmissions), lossless with PFC (the switch pauses each sender's port when what it
+//! sent fills its share of the buffer: no drops, pause frames), and DCQCN (ECN marking,
+//! CNPs, per-QP rate limiting: the queue held between the marking thresholds, no drops, fair
+//! shares, the link kept busy). Each checks the bytes of the last WRITE of every sender.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,9 @@ use super::wire_tests::{Nic, Path, QPN};
 use super::*;
 use crate::device::Clock;
 use crate::fabric::egress::{Egress, EgressConfig, Red, Verdict, WIRE_OVERHEAD};
+use crate::fabric::pfc::{PfcConfig, PfcIngress};
 use crate::rdma::congestion::CcConfig;
+use crate::wire::pfc::{self as wpfc, Pfc};
 
 /// Line rate of every port.
 const LINE_BPS: u64 = 10_000_000_000;
@@ -39,6 +42,8 @@ struct Scenario {
     /// The bottleneck's buffer and marking.
     buffer: u64,
     red: Option<Red>,
+    /// Lossless: the switch's flow control towards every port.
+    pfc: Option<PfcConfig>,
     duration_us: u64,
 }
 
@@ -55,6 +60,8 @@ struct Sample {
     /// Frames the bottleneck dropped, and marked, since the last sample.
     drops: u64,
     marks: u64,
+    /// PFC frames the switch sent that paused a sender, since the last sample.
+    pauses: u64,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +72,10 @@ struct Outcome {
     retransmits: u64,
     cnps_sent: u64,
     cnps_handled: u64,
+    /// PFC frames the switch sent that paused, and that the senders' ports obeyed (pauses
+    /// and resumes).
+    pauses_sent: u64,
+    pfc_obeyed: u64,
     /// WRITEs completed per sender.
     completed: Vec<u64>,
 }
@@ -128,6 +139,10 @@ fn run(s: &Scenario) -> Outcome {
             Egress::new(cfg, 100 + k as u64).unwrap()
         })
         .collect();
+    let mut pfc: Vec<PfcIngress> = match s.pfc {
+        Some(cfg) => (0..n).map(|_| PfcIngress::new(cfg).unwrap()).collect(),
+        None => Vec::new(),
+    };
     let mut out = Outcome {
         completed: vec![0; n],
         ..Default::default()
@@ -137,7 +152,7 @@ fn run(s: &Scenario) -> Outcome {
     let mut delivered = vec![0u64; n];
     let mut frames = Vec::new();
     let start = clock.load(Ordering::Relaxed);
-    let (mut drops_before, mut marks_before) = (0, 0);
+    let (mut drops_before, mut marks_before, mut pauses_before) = (0, 0, 0);
     for step in 0..s.duration_us {
         let now_ns = (start + step) * 1000;
         for k in 0..n {
@@ -156,15 +171,33 @@ fn run(s: &Scenario) -> Outcome {
                 let Some(j) = f.get(5).map(|&m| nic_of(m)).filter(|&j| j < n) else {
                     panic!("frame to an unknown MAC");
                 };
-                if down[j].offer(f, now_ns) == Verdict::Dropped {
+                if down[j].offer_from(f, k, now_ns) == Verdict::Dropped {
                     out.drops += 1;
                 }
+            }
+        }
+        // The switch's flow control: per ingress port, what it sent that still waits.
+        for (k, ingress) in pfc.iter_mut().enumerate() {
+            let mut occ = [0u64; 8];
+            for d in down.iter_mut() {
+                for (o, b) in occ.iter_mut().zip(d.occupancy(k, now_ns)) {
+                    *o += b;
+                }
+            }
+            if let Some(p) = ingress.update(&occ, now_ns, LINE_BPS, [2, 0, 0, 0, 0, k as u8]) {
+                down[k].send_control(p.build(), now_ns);
             }
         }
         for (j, d) in down.iter_mut().enumerate() {
             frames.clear();
             d.poll(now_ns, &mut frames);
             for f in &frames {
+                // The NIC's MAC obeys flow control: its port's transmitter holds.
+                if wpfc::is_mac_control(f) {
+                    let p = Pfc::parse(f).expect("the switch's PFC frames parse");
+                    up[j].pause(&p, now_ns);
+                    continue;
+                }
                 if j == 0 {
                     delivered[nic_of(f[11])] += f.len() as u64 + WIRE_OVERHEAD;
                 }
@@ -208,13 +241,17 @@ fn run(s: &Scenario) -> Outcome {
                 rate,
                 drops: out.drops - drops_before,
                 marks: down[0].counters().marked - marks_before,
+                pauses: pauses_sent(&pfc) - pauses_before,
             });
             drops_before = out.drops;
             marks_before = down[0].counters().marked;
+            pauses_before = pauses_sent(&pfc);
         }
         clock.fetch_add(1, Ordering::Relaxed);
     }
     out.marks = down[0].counters().marked;
+    out.pauses_sent = pauses_sent(&pfc);
+    out.pfc_obeyed = up.iter().map(|u| u.counters().pauses_received).sum();
     for k in 0..n {
         let dev = nics[k].h.dev();
         let c = dev.engine().counters();
@@ -237,6 +274,10 @@ fn run(s: &Scenario) -> Outcome {
         );
     }
     out
+}
+
+fn pauses_sent(pfc: &[PfcIngress]) -> u64 {
+    pfc.iter().map(|p| p.counters().pauses).sum()
 }
 
 /// Jain's fairness index of `x`.
@@ -263,8 +304,8 @@ fn summary(o: &Outcome, senders: usize, from_us: u64) -> String {
     let (_, util, fairness, mut q) = tail(o, senders, from_us);
     q.sort_unstable();
     format!(
-        "drops {} marks {} retrans {} cnps {}/{} completed {:?} util {:.3} jain {:.3} queue min {} median {} max {}",
-        o.drops, o.marks, o.retransmits, o.cnps_sent, o.cnps_handled, o.completed, util,
+        "drops {} marks {} retrans {} cnps {}/{} pfc {}/{} completed {:?} util {:.3} jain {:.3} queue min {} median {} max {}",
+        o.drops, o.marks, o.retransmits, o.cnps_sent, o.cnps_handled, o.pauses_sent, o.pfc_obeyed, o.completed, util,
         fairness, q.first().unwrap_or(&0), q.get(q.len() / 2).unwrap_or(&0), q.last().unwrap_or(&0)
     )
 }
@@ -324,9 +365,20 @@ fn scenario(senders: usize, cc: CcConfig) -> Scenario {
         cc,
         buffer: BUFFER,
         red: Some(RED),
+        pfc: None,
         duration_us: 50_000,
     }
 }
+
+/// The switch's flow control: XOFF at 64 KiB from one port, XON at 32 KiB. Four senders
+/// at XOFF plus their headroom (a pause takes a microsecond to arrive and lets the frame on
+/// the line finish: about 11 KB at 10 Gb/s) fit the 512 KiB buffer.
+const PFC: PfcConfig = PfcConfig {
+    xoff: 64 << 10,
+    xon: 32 << 10,
+    quanta: 0xffff,
+    priorities: 1 << 3,
+};
 
 #[test]
 fn incast_without_congestion_control_overflows_the_buffer() {
@@ -380,6 +432,39 @@ fn dcqcn_converges(senders: usize) {
     );
 }
 
+/// Lossless incast: PFC pauses the senders instead of dropping; no retransmission, and the
+/// switch's pauses keep the link busy and the shares fair.
+fn pfc_is_lossless(senders: usize) {
+    let s = Scenario {
+        pfc: Some(PFC),
+        ..scenario(senders, plain(10_000))
+    };
+    let o = run(&s);
+    eprintln!("{}", summary(&o, senders, CONVERGED_US));
+    let (_, util, fairness, queue) = tail(&o, senders, CONVERGED_US);
+    assert_eq!((o.drops, o.retransmits), (0, 0), "lossless");
+    assert!(o.pauses_sent > 0, "the switch paused");
+    assert!(
+        o.pfc_obeyed >= o.pauses_sent,
+        "every pause reached its sender: {} of {}",
+        o.pfc_obeyed,
+        o.pauses_sent
+    );
+    assert!(fairness >= 0.95, "Jain's index {fairness}");
+    assert!(util >= 0.90, "utilisation {util}");
+    // PFC's price: the queue sits near the senders' XOFF, far above what DCQCN keeps.
+    let max = queue.iter().copied().max().unwrap_or(0);
+    assert!(
+        max >= PFC.xoff && max <= BUFFER,
+        "queue max {max}: between one XOFF and the buffer"
+    );
+}
+
+#[test]
+fn incast_of_four_with_pfc_is_lossless() {
+    pfc_is_lossless(4);
+}
+
 #[test]
 fn incast_of_two_with_dcqcn_converges() {
     dcqcn_converges(2);
@@ -392,8 +477,9 @@ fn incast_of_four_with_dcqcn_converges() {
 
 /// `make incast`: the time series of the lossy and the DCQCN incast (N senders, `N` in the
 /// environment, default 4) as CSV in `$FERRDMA_INCAST_OUT/incast.csv`, one row per sample
-/// and sender, with each run's summary on stderr. The RED and DCQCN settings can be varied
-/// through the environment (KMIN, KMAX, PMAX, BUF, T, AI, HAI, G, NP) to explore.
+/// and sender, with each run's summary on stderr: lossy, lossless (PFC) and DCQCN. The RED,
+/// PFC and DCQCN settings can be varied through the environment (KMIN, KMAX, PMAX, BUF,
+/// XOFF, XON, T, AI, HAI, G, NP) to explore.
 #[test]
 #[ignore]
 fn incast_time_series() {
@@ -417,14 +503,24 @@ fn incast_time_series() {
     dc.rp.dce_tcp_g = env("G", f64::from(dc.rp.dce_tcp_g)) as u32;
     dc.np.min_time_between_cnps = env("NP", f64::from(dc.np.min_time_between_cnps)) as u32;
     let mut csv = String::from(
-        "scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,sender,gbps,rate_gbps\n",
+        "scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,pauses,sender,gbps,rate_gbps\n",
     );
-    for (name, cc) in [("lossy", plain(10_000)), ("dcqcn", dc)] {
+    let lossless = Some(PfcConfig {
+        xoff: env("XOFF", PFC.xoff as f64) as u64,
+        xon: env("XON", PFC.xon as f64) as u64,
+        ..PFC
+    });
+    for (name, cc, pfc) in [
+        ("lossy", plain(10_000), None),
+        ("pfc", plain(10_000), lossless),
+        ("dcqcn", dc, None),
+    ] {
         let s = Scenario {
             senders: n,
             cc,
             buffer: env("BUF", BUFFER as f64) as u64,
             red: Some(red),
+            pfc,
             duration_us: 50_000,
         };
         let o = run(&s);
@@ -433,7 +529,7 @@ fn incast_time_series() {
             for k in 1..=n {
                 let gbps = sm.delivered[k] as f64 * 8.0 / (SAMPLE_US as f64 * 1e3);
                 csv.push_str(&format!(
-                    "{name},{n},{},{},{},{},{},{},{},{k},{gbps:.4},{:.4}\n",
+                    "{name},{n},{},{},{},{},{},{},{},{},{k},{gbps:.4},{:.4}\n",
                     LINE_BPS / 1_000_000_000,
                     red.kmin,
                     red.kmax,
@@ -441,6 +537,7 @@ fn incast_time_series() {
                     sm.queue,
                     sm.drops,
                     sm.marks,
+                    sm.pauses,
                     sm.rate[k] as f64 / 1e9
                 ));
             }

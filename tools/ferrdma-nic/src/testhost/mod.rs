@@ -14,6 +14,7 @@ mod error_tests;
 mod event_tests;
 mod fastreg_tests;
 mod fatal_tests;
+mod flow_control_tests;
 mod fuzz;
 mod incast_tests;
 mod local_dma_tests;

@@ -15,6 +15,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod opcode;
 pub mod packet;
+pub mod pfc;
 pub mod udp;
 
 #[cfg(test)]
