@@ -1040,28 +1040,43 @@ class BenchReportTest(unittest.TestCase):
 class IncastPlotTest(unittest.TestCase):
     """bench/incast_plot.py: make incast's CSV to a summary and incast.png; bad rows."""
 
-    HEADER = ("scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,sender,gbps,"
-              "rate_gbps\n")
-    ROWS = ("lossy,2,10,20480,204800,100,500000,3,0,1,10.0,10.0\n"
-            "lossy,2,10,20480,204800,100,500000,3,0,2,0.0,10.0\n"
-            "lossy,2,10,20480,204800,200,400000,0,0,1,5.0,10.0\n"
-            "lossy,2,10,20480,204800,200,400000,0,0,2,5.0,10.0\n"
-            "dcqcn,2,10,20480,204800,100,50000,0,4,1,4.5,5.0\n"
-            "dcqcn,2,10,20480,204800,100,50000,0,4,2,4.5,5.0\n")
+    HEADER = ("scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,pauses,sender,"
+              "gbps,rate_gbps\n")
+    ROWS = ("lossy,2,10,20480,204800,100,500000,3,0,0,1,10.0,10.0\n"
+            "lossy,2,10,20480,204800,100,500000,3,0,0,2,0.0,10.0\n"
+            "lossy,2,10,20480,204800,200,400000,0,0,0,1,5.0,10.0\n"
+            "lossy,2,10,20480,204800,200,400000,0,0,0,2,5.0,10.0\n"
+            "pfc,2,10,20480,204800,100,130000,0,0,7,1,5.0,10.0\n"
+            "pfc,2,10,20480,204800,100,130000,0,0,7,2,5.0,10.0\n"
+            "pfc,2,10,20480,204800,200,120000,0,0,2,1,5.0,10.0\n"
+            "pfc,2,10,20480,204800,200,120000,0,0,2,2,5.0,10.0\n"
+            "dcqcn,2,10,20480,204800,100,50000,0,4,0,1,4.5,5.0\n"
+            "dcqcn,2,10,20480,204800,100,50000,0,4,0,2,4.5,5.0\n")
 
-    def write(self, d, text):
+    def write(self, d, text, header=None):
         path = os.path.join(d, "incast.csv")
         with open(path, "w", encoding="utf-8") as f:
-            f.write(self.HEADER + text)
+            f.write((header or self.HEADER) + text)
         return path
 
     def test_summary_per_scenario(self):
         with tempfile.TemporaryDirectory() as d:
             runs = incast_plot.load(self.write(d, self.ROWS))
-        self.assertEqual(list(runs), ["lossy", "dcqcn"])
+        self.assertEqual(list(runs), ["lossy", "pfc", "dcqcn"])
         self.assertEqual(incast_plot.summary("lossy", runs["lossy"]),
                          "lossy: 2 senders, 0 ms: 10.00 Gb/s of 10 through the bottleneck, "
-                         "Jain 0.800, drops 3, queue max 488 KiB")
+                         "Jain 0.800, drops 3, PFC pauses 0, queue max 488 KiB")
+        self.assertEqual(incast_plot.summary("pfc", runs["pfc"]),
+                         "pfc: 2 senders, 0 ms: 10.00 Gb/s of 10 through the bottleneck, "
+                         "Jain 1.000, drops 0, PFC pauses 9, queue max 126 KiB")
+
+    def test_a_csv_from_before_pfc_reads_as_no_pauses(self):
+        old = ("scenario,senders,line_gbps,kmin,kmax,t_us,queue_bytes,drops,marks,sender,gbps,"
+               "rate_gbps\n")
+        with tempfile.TemporaryDirectory() as d:
+            runs = incast_plot.load(self.write(d, "lossy,2,10,20480,204800,100,1,2,0,1,1.0,1.0\n",
+                                               header=old))
+        self.assertEqual((runs["lossy"]["drops"], runs["lossy"]["pauses"]), ([2], [0]))
 
     def test_a_bad_row_is_an_error(self):
         for bad in ("lossy,2,10,20480,204800,soon,1,0,0,1,1.0,1.0\n", "lossy,2\n", ""):

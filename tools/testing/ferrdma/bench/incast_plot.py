@@ -5,11 +5,12 @@
 usage: incast_plot.py CSV OUTDIR
 
 CSV is what the NIC's ignored test incast_time_series writes (one row per 100 us sample and
-sender: scenario, senders, line_gbps, kmin, kmax, t_us, queue_bytes, drops, marks, sender,
-gbps, rate_gbps). One row of plots per scenario (lossy: no congestion control; dcqcn): each
-sender's throughput through the bottleneck and, for DCQCN, its rate limiter's rate; the
-bottleneck's queue with the marking thresholds, and the drops. Also prints a summary line per
-scenario. Exits 1 on a CSV it cannot read.
+sender: scenario, senders, line_gbps, kmin, kmax, t_us, queue_bytes, drops, marks, pauses,
+sender, gbps, rate_gbps; a CSV without pauses, from before PFC, reads as none). One row of
+plots per scenario (lossy: no congestion control; pfc: lossless, PFC; dcqcn): each sender's
+throughput through the bottleneck and, for DCQCN, its rate limiter's rate; the bottleneck's
+queue with the marking thresholds, and the drops and PFC pauses. Also prints a summary line
+per scenario. Exits 1 on a CSV it cannot read.
 """
 
 import csv
@@ -29,7 +30,8 @@ def load(path):
                 t = int(row["t_us"])
                 k = int(row["sender"])
                 r = runs.setdefault(name, {
-                    "t": [], "queue": [], "drops": [], "flows": defaultdict(lambda: ([], [])),
+                    "t": [], "queue": [], "drops": [], "pauses": [],
+                    "flows": defaultdict(lambda: ([], [])),
                     "kmin": int(row["kmin"]), "kmax": int(row["kmax"]),
                     "line": float(row["line_gbps"]),
                 })
@@ -37,6 +39,7 @@ def load(path):
                     r["t"].append(t)
                     r["queue"].append(int(row["queue_bytes"]))
                     r["drops"].append(int(row["drops"]))
+                    r["pauses"].append(int(row.get("pauses") or 0))
                 gbps, rate = r["flows"][k]
                 gbps.append(float(row["gbps"]))
                 rate.append(float(row["rate_gbps"]))
@@ -54,8 +57,8 @@ def summary(name, r):
     total = sum(per)
     jain = total * total / (n * sum(p * p for p in per)) if total else 0.0
     return (f"{name}: {n} senders, {ms:.0f} ms: {total:.2f} Gb/s of {r['line']:.0f} through the "
-            f"bottleneck, Jain {jain:.3f}, drops {sum(r['drops'])}, queue max "
-            f"{max(r['queue']) // 1024} KiB")
+            f"bottleneck, Jain {jain:.3f}, drops {sum(r['drops'])}, PFC pauses "
+            f"{sum(r['pauses'])}, queue max {max(r['queue']) // 1024} KiB")
 
 
 def main(argv):
@@ -74,7 +77,7 @@ def main(argv):
         ax = row[0]
         for k, (gbps, rate) in sorted(r["flows"].items()):
             line, = ax.plot(ms, gbps, lw=0.8, label=f"sender {k}")
-            if name != "lossy":
+            if name == "dcqcn":
                 ax.plot(ms, rate, lw=0.8, ls="--", color=line.get_color(),
                         label=f"sender {k} DCQCN rate")
         ax.set_title(f"{name}: throughput per sender (100 us bins)")
@@ -87,11 +90,15 @@ def main(argv):
         ax.axhline(r["kmin"] / 1024, color="green", ls=":", label="Kmin")
         ax.axhline(r["kmax"] / 1024, color="red", ls=":", label="Kmax")
         drops = [(m, d) for m, d in zip(ms, r["drops"]) if d]
-        if drops:
+        pauses = [(m, p) for m, p in zip(ms, r["pauses"]) if p]
+        if drops or pauses:
             twin = ax.twinx()
-            twin.bar([m for m, _ in drops], [d for _, d in drops], width=0.1, color="black",
-                     alpha=0.5)
-            twin.set_ylabel("drops per bin")
+            for what, color, label in ((drops, "black", "drops"), (pauses, "purple", "PFC pauses")):
+                if what:
+                    twin.bar([m for m, _ in what], [d for _, d in what], width=0.1, color=color,
+                             alpha=0.5, label=label)
+            twin.set_ylabel("drops, pauses per bin")
+            twin.legend(fontsize=7, loc="upper left")
         ax.set_title(f"{name}: bottleneck queue")
         ax.set_xlabel("time (ms)")
         ax.set_ylabel("KiB")
