@@ -49,6 +49,7 @@ use super::switch::{Mac, PortId, Switch};
 use crate::rdma::congestion::{CcConfig, CcKnob};
 use crate::rdma::sabotage::Sabotage;
 use crate::vfio::socket::{bind, ServeError, SocketFile};
+use crate::wire::pfc as wpfc;
 
 /// Frames queued towards one port before further ones are dropped.
 const PORT_QUEUE: usize = 256;
@@ -66,6 +67,12 @@ const UNSHAPED_RATE_BPS: u64 = 100_000_000_000;
 /// An ingress for frames a fault link held back, which lost where they came in: they count
 /// against no port's PFC accounting.
 const NO_INGRESS: PortId = PortId::MAX;
+/// The transmit queue of a station on a shaped port (its side of the cable, `uplinks`):
+/// large, as a NIC's window bounds what it has in flight.
+const UPLINK_BUFFER: u64 = 64 << 20;
+/// Link model events one catch-up handles at most (a clock jump on a loaded host); the rest
+/// wait for the next.
+const MAX_EVENTS: usize = 1 << 20;
 
 /// The MAC the switch's port `p` sends its PFC frames from (locally administered).
 fn switch_port_mac(p: PortId) -> Mac {
@@ -503,6 +510,10 @@ struct SwitchState {
     links: HashMap<PortId, Link>,
     /// Ports with a link model: frames leave at its line rate, after its delay.
     shapers: HashMap<PortId, Egress>,
+    /// The other direction of a shaped port's cable: the station's transmitter, at the same
+    /// rate and delay, where frames from the port wait before the switch sees them, and
+    /// which obeys the PFC frames the switch sends the port.
+    uplinks: HashMap<PortId, Egress>,
     /// Ports the switch flow-controls (PFC), by what came in from them.
     pfc: HashMap<PortId, PfcIngress>,
     settings: HashMap<PortRef, Setting>,
@@ -553,17 +564,22 @@ impl SwitchState {
         if self.shapers.get(&port).map(|e| *e.config()) == shape {
             return;
         }
-        match shape {
-            None => {
-                self.shapers.remove(&port);
+        self.shapers.remove(&port);
+        self.uplinks.remove(&port);
+        let Some(cfg) = shape else { return };
+        let up = EgressConfig {
+            buffer_bytes: UPLINK_BUFFER.max(cfg.buffer_bytes),
+            red: None,
+            ..cfg
+        };
+        let seed = self.seed ^ (port as u64).rotate_left(32);
+        match (Egress::new(cfg, seed), Egress::new(up, seed)) {
+            (Ok(e), Ok(u)) => {
+                self.shapers.insert(port, e);
+                self.uplinks.insert(port, u);
             }
-            Some(cfg) => match Egress::new(cfg, self.seed ^ (port as u64).rotate_left(32)) {
-                Ok(e) => {
-                    self.shapers.insert(port, e);
-                }
-                // Validated when parsed; a failure here would be a bug, so just log.
-                Err(e) => log::error!("port {port}: {e}"),
-            },
+            // Validated when parsed; a failure here would be a bug, so just log.
+            (Err(e), _) | (_, Err(e)) => log::error!("port {port}: {e}"),
         }
     }
 
@@ -590,8 +606,11 @@ impl SwitchState {
         self.configure_shape(port, set.shape);
         self.configure_pfc(port, set.pfc);
         if set.down {
-            // A pulled cable loses what the line held.
-            if let Some(e) = self.shapers.get_mut(&port) {
+            // A pulled cable loses what the line held, both ways.
+            for e in [self.shapers.get_mut(&port), self.uplinks.get_mut(&port)]
+                .into_iter()
+                .flatten()
+            {
                 e.clear();
             }
         }
@@ -713,6 +732,13 @@ impl SwitchState {
                     c.queued, c.marked, c.dropped, c.sent_bytes, c.max_depth
                 ));
             }
+            if let Some(u) = self.uplinks.get(&p) {
+                let c = u.counters();
+                lines.push(format!(
+                    "port {p} {name} uplink queued={} dropped={} sent_bytes={} max_depth={} pauses_obeyed={}",
+                    c.queued, c.dropped, c.sent_bytes, c.max_depth, c.pauses_received
+                ));
+            }
             if let Some(f) = self.pfc.get(&p) {
                 let c = f.counters();
                 lines.push(format!(
@@ -738,9 +764,17 @@ impl SwitchState {
         lines
     }
 
-    /// Queue a frame that came in from `ingress` to a port through its link (if it has
-    /// one); frames to an engine wait in its batch for [`SwitchState::deliver_batches`].
-    fn emit(&mut self, p: PortId, ingress: PortId, frame: Vec<u8>, ready: &mut Vec<Vec<u8>>) {
+    /// Queue a frame that came in from `ingress` to a port at `now` (ns) through its link (if
+    /// it has one); frames to an engine wait in its batch for
+    /// [`SwitchState::deliver_batches`].
+    fn emit(
+        &mut self,
+        p: PortId,
+        ingress: PortId,
+        frame: Vec<u8>,
+        ready: &mut Vec<Vec<u8>>,
+        now: u64,
+    ) {
         ready.clear();
         match self.links.get_mut(&p) {
             Some(link) => {
@@ -749,23 +783,20 @@ impl SwitchState {
             }
             None => ready.push(frame),
         }
-        self.shape(p, ingress, ready);
+        self.shape(p, ingress, ready, now);
         self.queue_to(p, ready);
     }
 
-    /// Passes `frames` (from `ingress`) through port `p`'s link model, if it has one: they
-    /// join its queue (or are dropped or marked), and what has left the far end by now takes
-    /// their place.
-    fn shape(&mut self, p: PortId, ingress: PortId, frames: &mut Vec<Vec<u8>>) {
-        // Most ports have no model: no clock read on their frames' path.
+    /// Passes `frames` (from `ingress`) through port `p`'s link model at `now`, if it has
+    /// one: they join its queue (or are dropped or marked); the model lets them out in
+    /// [`Core::run_models`].
+    fn shape(&mut self, p: PortId, ingress: PortId, frames: &mut Vec<Vec<u8>>, now: u64) {
         let Some(e) = self.shapers.get_mut(&p) else {
             return;
         };
-        let now = ns_since(self.start);
         for f in frames.drain(..) {
             e.offer_from(f, ingress, now);
         }
-        e.poll(now, frames);
     }
 
     /// Queues `frames` (drained) to port `p`.
@@ -830,6 +861,7 @@ impl Core {
             port_lan: HashMap::new(),
             links: HashMap::new(),
             shapers: HashMap::new(),
+            uplinks: HashMap::new(),
             pfc: HashMap::new(),
             settings: HashMap::new(),
             stats: BTreeMap::new(),
@@ -887,6 +919,7 @@ impl Core {
         st.port_lan.remove(&port);
         st.stats.remove(&port);
         st.shapers.remove(&port);
+        st.uplinks.remove(&port);
         st.pfc.remove(&port);
         if let Some(l) = st.links.remove(&port) {
             log::info!("port {port} faults: {:?}", l.counters());
@@ -899,27 +932,21 @@ impl Core {
     fn switch_burst(&mut self, port: PortId, frames: Vec<Vec<u8>>) -> bool {
         let due_before = self.next_due();
         let clean_before = self.unflushed_since.is_none();
-        for frame in frames {
-            if self.st.links.get(&port).is_some_and(Link::is_down) {
-                self.st.stats.entry(port).or_default().rx_down += 1;
-                continue;
+        // Most ports have no link model: no clock read on their frames' path.
+        let modelled = !self.st.shapers.is_empty() || !self.st.pfc.is_empty();
+        let now = if modelled { self.st.ns() } else { 0 };
+        if let Some(u) = self.st.uplinks.get_mut(&port) {
+            // A shaped port's station sends at its line rate: the switch sees its frames when
+            // they have crossed the cable (`run_models`).
+            for frame in frames {
+                u.offer(frame, now);
             }
-            self.st.stats.entry(port).or_default().rx += 1;
-            let now = self.st.start.elapsed().as_secs();
-            self.st.sw.forward(port, &frame, now, &mut self.out);
-            if self.out.is_empty() {
-                continue;
+        } else {
+            for frame in frames {
+                self.switch_one(port, frame, now);
             }
-            self.capture(&frame);
-            // The last port takes the frame itself: one copy fewer per unicast frame.
-            if let Some((&last, rest)) = self.out.split_last() {
-                for &p in rest {
-                    self.st.emit(p, port, frame.clone(), &mut self.ready);
-                }
-                self.st.emit(last, port, frame, &mut self.ready);
-            }
+            self.flow_control(now);
         }
-        self.flow_control();
         self.st.deliver_batches();
         let sooner = match (self.next_due(), due_before) {
             (Some(now), Some(before)) => now < before,
@@ -927,6 +954,31 @@ impl Core {
             (None, _) => false,
         };
         sooner || (clean_before && self.unflushed_since.is_some())
+    }
+
+    /// Switches one frame from `port` that reached the switch at `now` (ns; 0 when no port
+    /// has a link model): learning, capture, the destination ports' links and queues.
+    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, now: u64) {
+        if self.st.links.get(&port).is_some_and(Link::is_down) {
+            self.st.stats.entry(port).or_default().rx_down += 1;
+            return;
+        }
+        self.st.stats.entry(port).or_default().rx += 1;
+        let secs = self.st.start.elapsed().as_secs();
+        self.st.sw.forward(port, &frame, secs, &mut self.out);
+        if self.out.is_empty() {
+            return;
+        }
+        self.capture(&frame);
+        // The last port takes the frame itself: one copy fewer per unicast frame.
+        let out = std::mem::take(&mut self.out);
+        if let Some((&last, rest)) = out.split_last() {
+            for &p in rest {
+                self.st.emit(p, port, frame.clone(), &mut self.ready, now);
+            }
+            self.st.emit(last, port, frame, &mut self.ready, now);
+        }
+        self.out = out;
     }
 
     /// Writes `frame` to the capture, if there is one.
@@ -946,13 +998,14 @@ impl Core {
 
     /// Lossless mode (`fabric/pfc.rs`): per flow-controlled port, what came in from it and
     /// still waits in the link models; the PFC frames this calls for go out of that port
-    /// (ahead of its queue if it has a link model) and into the capture.
-    fn flow_control(&mut self) {
+    /// (ahead of its queue if it has a link model) and into the capture. `now`: the link
+    /// models' time (ns).
+    fn flow_control(&mut self, now: u64) {
         if self.st.pfc.is_empty() {
             return;
         }
-        let now = self.st.ns();
-        let ports: Vec<PortId> = self.st.pfc.keys().copied().collect();
+        let mut ports: Vec<PortId> = self.st.pfc.keys().copied().collect();
+        ports.sort_unstable();
         for p in ports {
             let mut occ = [0u64; 8];
             for e in self.st.shapers.values_mut() {
@@ -996,8 +1049,9 @@ impl Core {
             // as long as asked.
             .map(|ms| ms.saturating_add(1).saturating_mul(1_000_000));
         let shaped = self.st.shapers.values().filter_map(Egress::next_due);
+        let sent = self.st.uplinks.values().filter_map(Egress::next_due);
         let refresh = self.st.pfc.values().filter_map(PfcIngress::next_refresh);
-        delayed.chain(shaped).chain(refresh).min()
+        delayed.chain(shaped).chain(sent).chain(refresh).min()
     }
 
     /// Queues the delayed frames that are due (through the port's link model, if any) and
@@ -1010,20 +1064,65 @@ impl Core {
             if let Some(link) = self.st.links.get_mut(&p) {
                 link.poll(now, &mut self.ready);
             }
-            self.st.shape(p, NO_INGRESS, &mut self.ready);
+            let now = self.st.ns();
+            self.st.shape(p, NO_INGRESS, &mut self.ready, now);
             self.st.queue_to(p, &mut self.ready);
         }
         let now = self.st.ns();
-        let ports: Vec<PortId> = self.st.shapers.keys().copied().collect();
-        for p in ports {
-            self.ready.clear();
-            if let Some(e) = self.st.shapers.get_mut(&p) {
-                e.poll(now, &mut self.ready);
-            }
-            self.st.queue_to(p, &mut self.ready);
-        }
-        self.flow_control();
+        self.run_models(now);
         self.st.deliver_batches();
+    }
+
+    /// Runs the link models up to `now` event by event, in the order of their own clock,
+    /// however late the timer woke: frames that crossed a station's cable reach the switch
+    /// at the time they arrive (and are switched then), frames that crossed the switch's
+    /// reach their station, PFC frames among them stop the station's transmitter then, and
+    /// the flow control looks at the queues after each step. So a loaded host delays the
+    /// figures' delivery, not the figures.
+    fn run_models(&mut self, now: u64) {
+        for _ in 0..MAX_EVENTS {
+            let Some(t) = self
+                .st
+                .shapers
+                .values()
+                .chain(self.st.uplinks.values())
+                .filter_map(Egress::next_due)
+                .min()
+                .filter(|&t| t <= now)
+            else {
+                break;
+            };
+            let mut ports: Vec<PortId> = self.st.uplinks.keys().copied().collect();
+            ports.sort_unstable();
+            for &p in &ports {
+                let mut frames = Vec::new();
+                if let Some(u) = self.st.uplinks.get_mut(&p) {
+                    u.poll(t, &mut frames);
+                }
+                for f in frames {
+                    self.switch_one(p, f, t);
+                }
+            }
+            let mut ports: Vec<PortId> = self.st.shapers.keys().copied().collect();
+            ports.sort_unstable();
+            for p in ports {
+                self.ready.clear();
+                if let Some(e) = self.st.shapers.get_mut(&p) {
+                    e.poll(t, &mut self.ready);
+                }
+                if let Some(u) = self.st.uplinks.get_mut(&p) {
+                    for f in self.ready.iter().filter(|f| wpfc::is_mac_control(f)) {
+                        if let Some(pfc) = wpfc::Pfc::parse(f) {
+                            u.pause(&pfc, t);
+                        }
+                    }
+                }
+                self.st.queue_to(p, &mut self.ready);
+            }
+            self.flow_control(t);
+        }
+        // Pauses due again while nothing moved.
+        self.flow_control(now);
     }
 
     fn flush(&mut self) {
@@ -1392,6 +1491,93 @@ mod tests {
             .unwrap()
             .is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A shaped port is a cable both ways: the station's frames reach the switch at the
+    /// line rate, and PFC stops the station's side of it. A sender 10x faster than the
+    /// receiver's port overflows its 4-frame buffer; with PFC on the sender's port, nothing
+    /// is lost.
+    #[test]
+    fn pfc_on_a_shaped_port_stops_its_station_before_the_buffer_overflows() {
+        use super::super::control::handle_line;
+        use super::super::queue::{frame_queue, Received};
+        use super::super::testframes::roce;
+        let (a, b) = ([0x52, 0x54, 0, 0, 4, 0], [0x52, 0x54, 0, 0, 4, 1]);
+        let (tx_a, rx_a) = frame_queue(64);
+        let (tx_b, rx_b) = frame_queue(256);
+        let nics = vec![
+            NicAttachment {
+                mac: a,
+                inbound: tx_a,
+            },
+            NicAttachment {
+                mac: b,
+                inbound: tx_b,
+            },
+        ];
+        let hub = Hub::start(&[], None, nics, Faults::default()).unwrap();
+        let f = roce(a, b, false, false);
+        let len = f.len();
+        let field = |line: &str, k: &str| -> u64 {
+            line.split(' ')
+                .find_map(|w| w.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{k} in {line}"))
+        };
+        let stats_line = |what: &str| -> String {
+            let stats = handle_line(b"stats", &hub.control).unwrap().unwrap();
+            stats
+                .into_iter()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no {what:?} line"))
+        };
+        // A burst of 12 frames from NIC 1 to NIC 0; returns the frames NIC 0 got.
+        let burst = || -> usize {
+            hub.engine_ports[1].send(vec![f.clone(); 12]);
+            let mut got = 0;
+            while let Received::Frames(fr) = rx_a.recv(16, std::time::Duration::from_millis(200)) {
+                got += fr.len();
+            }
+            got
+        };
+        let setup = [
+            format!("shape nic:1 rate-mbps=10,buffer={}", 100 * len),
+            format!("shape nic:0 rate-mbps=1,buffer={}", 4 * len),
+        ];
+        for cmd in &setup {
+            assert!(handle_line(cmd.as_bytes(), &hub.control).unwrap().is_ok());
+        }
+        let lossy = burst();
+        let dropped = field(&stats_line(" nic:0 link "), "dropped=");
+        assert!(
+            lossy < 12 && dropped == (12 - lossy) as u64,
+            "lossy: {lossy} arrived, {dropped} dropped"
+        );
+        // The same with PFC on NIC 1's port (new models: the counters start again).
+        let pfc = format!("pfc nic:1 xoff={},xon={},prio=0", 2 * len, len);
+        for cmd in ["shape nic:0 off", "shape nic:1 off"]
+            .iter()
+            .map(|c| c.to_string())
+            .chain(setup)
+            .chain([pfc])
+        {
+            assert!(handle_line(cmd.as_bytes(), &hub.control).unwrap().is_ok());
+        }
+        assert_eq!(burst(), 12, "lossless: every frame arrives");
+        assert_eq!(field(&stats_line(" nic:0 link "), "dropped="), 0);
+        let up = stats_line(" nic:1 uplink ");
+        assert!(
+            field(&up, "pauses_obeyed=") >= 2,
+            "paused and resumed: {up}"
+        );
+        assert!(field(&stats_line(" nic:1 pfc "), "pauses=") >= 1);
+        // NIC 1's engine heard the same PFC frames (its counters count them).
+        let mut heard = 0;
+        while let Received::Frames(fr) = rx_b.recv(16, std::time::Duration::ZERO) {
+            assert!(fr.iter().all(|g| crate::wire::pfc::Pfc::parse(g).is_some()));
+            heard += fr.len() as u64;
+        }
+        assert_eq!(heard, field(&up, "pauses_obeyed="));
     }
 
     #[test]

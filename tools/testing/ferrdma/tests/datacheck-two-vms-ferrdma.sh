@@ -16,6 +16,11 @@
 # (shape nic:1: 2 Gb/s, a 256 KiB buffer, RED from 20 KB to 200 KB), node 1 sends to node 2
 # on 2 QPs at once: the queue marks, node 2 answers with CNPs, DCQCN slows node 1's QPs, and
 # every byte arrives (drops, if the buffer overflows, are retransmitted).
+# Then lossless (PFC, no ECN): node 1's cable at 10 Gb/s (shape nic:0: the link model runs
+# both ways, so node 1's NIC sends at that rate), node 2's port the 2 Gb/s bottleneck with a
+# 256 KiB buffer, and the switch pausing node 1's port when 64 KiB of what it sent wait
+# (pfc nic:0): node 1 sends on 2 QPs at once, every byte arrives, the bottleneck drops
+# nothing, the switch sent pauses and node 1's NIC obeyed them (RxPauseFrames).
 # Then UD multicast (progs/mcast-datacheck.c through the RDMA CM, guest/mcast.sh; every
 # message received once and in order by every joined QP, bytes, immediate, GRH and source QP
 # checked): a group inside node 1 (2 receiving QPs, the sender in another process: the NIC's
@@ -45,7 +50,7 @@ ctl() {
 }
 # cc_run NAME DATACHECK-ARGS...: a data-checked run node 1 -> node 2 and the deltas of
 # ${cc_names[*]} over it: this node's in CC_MINE, the peer's in CC_PEER.
-cc_names=(RxECNMrkd cnpSent cnpHandled cnpIgnored)
+cc_names=(RxECNMrkd cnpSent cnpHandled cnpIgnored RxPauseFrames)
 cc_run() {
 	local name=$1 i mine before=()
 	shift
@@ -81,7 +86,26 @@ if [ "$FERRDMA_NODE" = 1 ]; then
 	[ "${CC_PEER[0]}" -gt 0 ] && [ "${CC_PEER[1]}" -gt 0 ] ||
 		fail "node 2's NIC: ${CC_PEER[0]} CE packets, ${CC_PEER[1]} CNPs sent"
 	[ "${CC_MINE[2]}" -gt 0 ] || fail "node 1's NIC handled no CNP"
-	ctl "shape nic:1 off" "cc nic:0 ecn=off,dcqcn=off" "cc nic:1 ecn=off,dcqcn=off"
+	ctl "shape nic:1 off" "cc nic:0 ecn=off,dcqcn=off,line-mbps=10000" "cc nic:1 ecn=off,dcqcn=off" \
+		"shape nic:0 rate-mbps=10000,delay-us=10,buffer=1048576" \
+		"shape nic:1 rate-mbps=2000,delay-us=10,buffer=262144" \
+		"pfc nic:0 xoff=65536,xon=32768,prio=0"
+fi
+barrier pfc-on 60
+cc_run pfc-to-node2 -q 2 -s 65537,1048577
+if [ "$FERRDMA_NODE" = 1 ]; then
+	fabric_ctl stats > /tmp/stats.log || fail "fabric_ctl stats failed"
+	for what in ' nic:1 link ' ' nic:0 pfc ' ' nic:0 uplink '; do
+		line=$(grep -m1 "$what" /tmp/stats.log) || { cat /tmp/stats.log; fail "no '$what' line in the fabric's stats"; }
+		note "lossless:$line"
+	done
+	link=$(grep -m1 ' nic:1 link ' /tmp/stats.log)
+	pauses=$(grep -m1 ' nic:0 pfc ' /tmp/stats.log | sed -n 's/.* pauses=\([0-9]*\).*/\1/p')
+	dropped=$(sed -n 's/.* dropped=\([0-9]*\).*/\1/p' <<< "$link")
+	[ "$dropped" = 0 ] || fail "lossless, yet the bottleneck dropped $dropped frames: $link"
+	[ "${pauses:-0}" -gt 0 ] || fail "the switch never paused node 1's port"
+	[ "${CC_MINE[4]}" -gt 0 ] || fail "node 1's NIC obeyed no pause frame (RxPauseFrames delta ${CC_MINE[4]})"
+	ctl "pfc nic:0 off" "shape nic:0 off" "shape nic:1 off" "cc nic:0 line-mbps=100000"
 fi
 barrier shape-off 60
 
