@@ -235,6 +235,12 @@ impl Device {
         self.engine.set_cc(cc)
     }
 
+    /// Answers the host's pending requests that need the engine (a congestion control
+    /// report for `cc nic:N`).
+    pub fn serve_host_requests(&mut self) {
+        self.engine.serve_cc_report();
+    }
+
     /// The RDMA engine (for inspection).
     pub fn engine(&self) -> &Engine {
         &self.engine

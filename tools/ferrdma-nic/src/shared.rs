@@ -171,6 +171,7 @@ fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &Atomi
         for f in &frames {
             d.rx_frame(f);
         }
+        d.serve_host_requests();
         if d.next_deadline().is_some_and(|t| t <= d.now_us()) {
             d.tick();
         }

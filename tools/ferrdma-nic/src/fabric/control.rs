@@ -20,7 +20,8 @@
 //! * `stats`: one line per switch port with its counters, then the switch's counters.
 //! * `cc nic:N [SPEC]`: NIC N's congestion control (`rdma/congestion.rs`), changed by SPEC
 //!   (`ecn=on,dcqcn=on,rpg_ai_rate=40,...`; refused whole if any part is bad), then shown as
-//!   one line of every setting.
+//!   one line of every setting. Without SPEC, also what the NIC did: a line of its ECN, CNP
+//!   and PFC counters and a line per QP DCQCN holds below line rate (rate, target, alpha).
 //! * `sabotage nic:N write-byte=OFFSET`, `sabotage nic:N off`: TEST ONLY. While armed, NIC
 //!   N's responder flips one bit of the byte at message offset OFFSET of every RDMA WRITE
 //!   it places (`rdma/sabotage.rs`), to prove the data-checking tests catch corruption.

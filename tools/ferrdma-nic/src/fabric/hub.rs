@@ -59,6 +59,9 @@ pub const FLUSH_DELAY: Duration = Duration::from_millis(20);
 const MAX_CONNECTIONS: usize = 64;
 /// Bytes of capture buffered between flushes (the switch flushes when it runs out of work).
 const PCAP_BUFFER: usize = 1 << 20;
+/// How long `cc nic:N` waits for the NIC's engine to report (it answers within its longest
+/// sleep, `shared::IDLE_POLL`).
+const REPORT_WAIT: Duration = Duration::from_millis(250);
 /// MAC aging in seconds of the switch's clock.
 const AGING_SECS: u64 = 300;
 /// The line rate a port without a link model has for PFC's pause quanta: a NIC's default
@@ -208,11 +211,23 @@ impl control::Apply for HubControl {
                 let Some(knob) = self.cc.get(*nic) else {
                     return Err(format!("no nic:{nic}: there are {} NICs", self.nics));
                 };
-                if let Some(spec) = spec {
-                    let cfg = knob.get().with_spec(spec).map_err(|e| e.to_string())?;
-                    knob.set(cfg).map_err(|e| e.to_string())?;
-                    log::info!("control: nic:{nic} congestion control {}", cfg.spec());
-                }
+                let settings = format!("nic:{nic} {}", knob.get().spec());
+                let Some(spec) = spec else {
+                    // Shown: the settings, then what the engine did with them.
+                    let ticket = knob.request_report();
+                    let mut lines = vec![settings];
+                    match knob.wait_report(ticket, REPORT_WAIT) {
+                        Some(r) => lines.extend(r.lines(&format!("nic:{nic}"))),
+                        None => lines.push(format!(
+                            "nic:{nic} counters: its engine did not answer within {} ms",
+                            REPORT_WAIT.as_millis()
+                        )),
+                    }
+                    return Ok(lines);
+                };
+                let cfg = knob.get().with_spec(spec).map_err(|e| e.to_string())?;
+                knob.set(cfg).map_err(|e| e.to_string())?;
+                log::info!("control: nic:{nic} congestion control {}", cfg.spec());
                 return Ok(vec![format!("nic:{nic} {}", knob.get().spec())]);
             }
             Command::Stats | Command::Help => &[],
@@ -1601,6 +1616,30 @@ mod tests {
         let shown = handle_line(b"cc nic:0", &hub.control).unwrap().unwrap();
         assert!(
             shown[0].starts_with("nic:0 ecn=off,dcqcn=off,"),
+            "{shown:?}"
+        );
+        // No engine thread serves NIC 0 here: the report says so.
+        assert_eq!(
+            shown[1],
+            "nic:0 counters: its engine did not answer within 250 ms"
+        );
+        // NIC 1's engine answers from its thread.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let server = {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    engine.serve_cc_report();
+                    thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        let shown = handle_line(b"cc nic:1", &hub.control).unwrap().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap();
+        assert_eq!(
+            shown[1],
+            "nic:1 counters ecn_marked=0 cnps_sent=0 cnps_handled=0 cnps_ignored=0 pfc_frames_rx=0 rate_limited_qps=0",
             "{shown:?}"
         );
         assert!(handle_line(b"cc nic:2", &hub.control)

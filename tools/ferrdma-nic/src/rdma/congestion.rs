@@ -6,10 +6,11 @@
 //!   an RC packet that arrives marked CE makes its QP send a CNP (BTH opcode 0x81, BECN set,
 //!   16 reserved bytes, as the ConnectX capture in tests/data) to the QP at the other end,
 //!   at most one per QP per `min_time_between_cnps` (mlx5 `roce_np` names), with DSCP
-//!   `cnp_dscp`.
-//! * With `dcqcn` on, a CNP for an RC QP cuts its rate; the requester paces the QP's
-//!   packets (requests and READ responses) at that rate, and the limiter's timers bring it
-//!   back. Without it a CNP is counted as ignored, as before.
+//!   `cnp_dscp`. A UD QP sends it to the marked datagram's source QP on the datagram's
+//!   reverse path, at most one per source per interval (`ud_notify`).
+//! * With `dcqcn` on, a CNP for an RC or UD QP cuts its rate; the requester paces the QP's
+//!   packets (requests and READ responses; a UD QP's SENDs wait in its SQ) at that rate,
+//!   and the limiter's timers bring it back. Without it a CNP is counted as ignored.
 //! Both are host settings of the NIC (command line, control socket), kept across resets of
 //! the engine like the other host knobs: a guest cannot switch them.
 
@@ -18,12 +19,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
 
-use crate::interface::{QpAttrs, QP_TYPE_RC};
+use crate::interface::{QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN, QP_TYPE_RC, QP_TYPE_UD};
 use crate::wire::ecn::Ecn;
 use crate::wire::opcode as op;
 use crate::wire::Headers;
 
 use super::dcqcn::{RateLimiter, RpError, RpParams};
+use super::path::v4_mapped;
 use super::requester::bth;
 use super::{Engine, Env};
 
@@ -202,11 +204,76 @@ impl CcConfig {
 
 /// A NIC's settings as the host changes them (command line, control socket), shared with its
 /// engine, which takes a new value at its next step: a generation counter keeps the data
-/// path off the lock.
+/// path off the lock. The host also asks the engine for a [`CcReport`] through it (the
+/// engine thread answers within its longest sleep).
 #[derive(Debug, Default)]
 pub struct CcKnob {
     generation: AtomicU64,
     cfg: Mutex<CcConfig>,
+    /// Reports asked for, and the last one answered.
+    report_wanted: AtomicU64,
+    report_given: AtomicU64,
+    report: Mutex<CcReport>,
+}
+
+/// Rate-limited QPs a report lists at most.
+pub const MAX_REPORT_QPS: usize = 64;
+
+/// One rate-limited QP in a [`CcReport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpRate {
+    pub qpn: u32,
+    /// DCQCN's current and target rates (b/s).
+    pub rate_bps: u64,
+    pub target_bps: u64,
+    /// alpha, in 1/1024.
+    pub alpha: u32,
+}
+
+/// What a NIC's congestion and flow control did (`cc nic:N` on the control socket): its port
+/// counters and the DCQCN state of the QPs it holds below line rate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CcReport {
+    pub ecn_marked: u64,
+    pub cnps_sent: u64,
+    pub cnps_handled: u64,
+    pub cnps_ignored: u64,
+    pub pfc_frames_rx: u64,
+    /// By QP number, at most [`MAX_REPORT_QPS`].
+    pub qps: Vec<QpRate>,
+    /// Rate-limited QPs beyond those listed.
+    pub more_qps: usize,
+}
+
+impl CcReport {
+    /// The report as lines for the control socket, each starting with `prefix`.
+    pub fn lines(&self, prefix: &str) -> Vec<String> {
+        let mut v = vec![format!(
+            "{prefix} counters ecn_marked={} cnps_sent={} cnps_handled={} cnps_ignored={} pfc_frames_rx={} rate_limited_qps={}",
+            self.ecn_marked,
+            self.cnps_sent,
+            self.cnps_handled,
+            self.cnps_ignored,
+            self.pfc_frames_rx,
+            self.qps.len() + self.more_qps
+        )];
+        for q in &self.qps {
+            v.push(format!(
+                "{prefix} qp {} rate-mbps={:.1} target-mbps={:.1} alpha={:.4}",
+                q.qpn,
+                q.rate_bps as f64 / 1e6,
+                q.target_bps as f64 / 1e6,
+                f64::from(q.alpha) / 1024.0
+            ));
+        }
+        if self.more_qps > 0 {
+            v.push(format!(
+                "{prefix} and {} more rate-limited QPs",
+                self.more_qps
+            ));
+        }
+        v
+    }
 }
 
 impl CcKnob {
@@ -226,18 +293,73 @@ impl CcKnob {
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+
+    /// Asks the engine for a report; returns the ticket [`CcKnob::wait_report`] waits for.
+    pub fn request_report(&self) -> u64 {
+        self.report_wanted.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The report of `ticket` or a later one, if the engine gave it within `timeout`.
+    pub fn wait_report(&self, ticket: u64, timeout: std::time::Duration) -> Option<CcReport> {
+        let start = std::time::Instant::now();
+        loop {
+            if self.report_given.load(Ordering::Acquire) >= ticket {
+                return Some(
+                    self.report
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone(),
+                );
+            }
+            if start.elapsed() >= timeout {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
+
+/// Sources a UD QP remembers its last CNP to (the oldest is forgotten first).
+pub const UD_CNP_FLOWS: usize = 64;
+
+/// A UD packet's source: its address (a GID, IPv4-mapped for IPv4) and QP.
+pub type UdFlow = ([u8; 16], u32);
 
 /// Congestion state of one QP.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QpCc {
-    /// When this QP last sent a CNP (us).
+    /// When this QP last sent a CNP (us); an RC QP's only peer.
     pub last_cnp: Option<u64>,
+    /// A UD QP's: per source, when it last sent it a CNP (at most [`UD_CNP_FLOWS`]).
+    pub ud_last_cnp: Vec<(UdFlow, u64)>,
     /// DCQCN's limiter, from the first CNP on.
     pub limiter: Option<RateLimiter>,
 }
 
 impl QpCc {
+    /// Whether a UD QP may send source `flow` a CNP at `now` (us).
+    pub fn ud_flow_may_notify(&self, flow: UdFlow, now: u64, interval: u64) -> bool {
+        self.ud_last_cnp
+            .iter()
+            .find(|(f, _)| *f == flow)
+            .is_none_or(|(_, t)| now >= t.saturating_add(interval))
+    }
+
+    /// Notes a CNP to `flow` at `now`.
+    pub fn ud_flow_notified(&mut self, flow: UdFlow, now: u64) {
+        if let Some(e) = self.ud_last_cnp.iter_mut().find(|(f, _)| *f == flow) {
+            e.1 = now;
+            return;
+        }
+        if self.ud_last_cnp.len() >= UD_CNP_FLOWS {
+            if let Some(oldest) = (0..self.ud_last_cnp.len()).min_by_key(|&i| self.ud_last_cnp[i].1)
+            {
+                self.ud_last_cnp.swap_remove(oldest);
+            }
+        }
+        self.ud_last_cnp.push((flow, now));
+    }
+
     /// Whether the QP may send a packet at `now` (us): its DCQCN pacing.
     pub fn may_send(&self, now: u64) -> bool {
         self.limiter
@@ -290,6 +412,45 @@ impl Engine {
         self.take_host_cc();
     }
 
+    /// Answers the host's request for a [`CcReport`], if there is one (the engine thread
+    /// asks at every wake-up: an atomic load when there is none).
+    pub fn serve_cc_report(&mut self) {
+        let wanted = self.cc_knob.report_wanted.load(Ordering::Acquire);
+        if self.cc_knob.report_given.load(Ordering::Acquire) >= wanted {
+            return;
+        }
+        let c = &self.counters;
+        let mut r = CcReport {
+            ecn_marked: c.ecn_marked,
+            cnps_sent: c.cnps_sent,
+            cnps_handled: c.cnps_handled,
+            cnps_ignored: c.cnps_ignored,
+            pfc_frames_rx: c.pfc_frames_rx,
+            ..CcReport::default()
+        };
+        for (qpn, qp) in self.qps.iter() {
+            let Some(l) = qp.cc.limiter.as_ref().filter(|l| l.active()) else {
+                continue;
+            };
+            if r.qps.len() < MAX_REPORT_QPS {
+                r.qps.push(QpRate {
+                    qpn,
+                    rate_bps: l.rate(),
+                    target_bps: l.target(),
+                    alpha: l.alpha(),
+                });
+            } else {
+                r.more_qps += 1;
+            }
+        }
+        *self
+            .cc_knob
+            .report
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = r;
+        self.cc_knob.report_given.store(wanted, Ordering::Release);
+    }
+
     /// The knob's value, if the host changed it since the engine last looked.
     pub(super) fn take_host_cc(&mut self) {
         let g = self.cc_knob.generation();
@@ -309,7 +470,8 @@ impl Engine {
     }
 
     /// The notification point: a packet of `h` that came marked CE makes its RC QP send a
-    /// CNP to its peer, rate-limited per QP.
+    /// CNP to its peer, rate-limited per QP; a UD QP sends it to the packet's source QP on
+    /// the packet's reverse path, rate-limited per source (`ud_notify`).
     pub(super) fn notify_congestion(&mut self, env: &Env<'_>, h: &Headers) {
         let tclass = match &h.ip {
             crate::wire::IpHeader::V4(v4) => v4.traffic_class,
@@ -322,6 +484,10 @@ impl Engine {
         let interval = u64::from(self.cc.np.min_time_between_cnps);
         let dscp = self.cc.np.cnp_dscp;
         let Some(qp) = self.qp(qpn) else { return };
+        if qp.qp_type == QP_TYPE_UD && qp.can_receive() {
+            self.ud_notify(env, h);
+            return;
+        }
         if qp.qp_type != QP_TYPE_RC || !qp.can_receive() {
             return;
         }
@@ -352,12 +518,72 @@ impl Engine {
         }
     }
 
-    /// The reaction point: a CNP for QP `bth.dest_qp`.
+    /// The notification point of UD QP `h.bth.dest_qp` for a CE-marked packet of `h`: a CNP
+    /// to the source QP (DETH) at the packet's source address and MAC (its VLAN kept), from
+    /// this NIC's GID the packet was for, at most one per source (address and QP) per
+    /// `min_time_between_cnps`. Only a packet the QP would take (its Q_Key) counts.
+    fn ud_notify(&mut self, env: &Env<'_>, h: &Headers) {
+        let Some(deth) = h.ext.deth else { return };
+        let (src, dst, v4) = match &h.ip {
+            crate::wire::IpHeader::V4(ip) => (v4_mapped(ip.src), v4_mapped(ip.dst), true),
+            crate::wire::IpHeader::V6(ip) => (ip.src, ip.dst, false),
+        };
+        let Some(sgid_index) = self
+            .gids
+            .iter()
+            .position(|g| g.as_ref().is_some_and(|g| g.gid == dst))
+        else {
+            return;
+        };
+        let qpn = h.bth.dest_qp;
+        let now = env.now_us;
+        let interval = u64::from(self.cc.np.min_time_between_cnps);
+        let Some(qp) = self.qp_mut(qpn) else { return };
+        if qp.attrs.qkey != deth.qkey {
+            return;
+        }
+        let flow = (src, deth.src_qp & 0xff_ffff);
+        if !qp.cc.ud_flow_may_notify(flow, now, interval) {
+            return;
+        }
+        let mut av_flags = if v4 { AV_FLAG_IPV4 } else { 0 };
+        let mut vlan_id = 0;
+        if let Some(v) = h.eth.vlan {
+            av_flags |= AV_FLAG_VLAN;
+            vlan_id = v.vid;
+        }
+        let attrs = QpAttrs {
+            sgid_index: sgid_index as u8,
+            dgid: src,
+            dmac: h.eth.src,
+            traffic_class: self.cc.np.cnp_dscp << 2,
+            hop_limit: 64,
+            av_flags,
+            vlan_id,
+            dest_qpn: flow.1,
+            ..QpAttrs::default()
+        };
+        let b = crate::wire::bth::Bth {
+            becn: true,
+            ..bth(op::CNP, flow.1, 0)
+        };
+        match self.transmit(&attrs, b, Default::default(), &CNP_PAYLOAD) {
+            Ok(_) => {
+                self.counters.cnps_sent += 1;
+                if let Some(qp) = self.qp_mut(qpn) {
+                    qp.cc.ud_flow_notified(flow, now);
+                }
+            }
+            Err(e) => log::debug!("QP {qpn}: UD CNP not sent: {e}"),
+        }
+    }
+
+    /// The reaction point: a CNP for QP `bth.dest_qp` (RC or UD).
     pub(super) fn rx_cnp(&mut self, env: &Env<'_>, h: &Headers) {
         let cc = self.cc;
         let handled = cc.dcqcn
             && self.qp_mut(h.bth.dest_qp).is_some_and(|qp| {
-                if qp.qp_type != QP_TYPE_RC {
+                if qp.qp_type != QP_TYPE_RC && qp.qp_type != QP_TYPE_UD {
                     return false;
                 }
                 qp.cc
@@ -389,13 +615,19 @@ impl Engine {
         let mut next = self.qps.next_id(0);
         while let Some(id) = next {
             next = self.qps.next_id(id + 1);
+            let mut paced_ud = false;
             if let Some(q) = self.qp_mut(id) {
                 if let Some(l) = q.cc.limiter.as_mut() {
                     l.tick(env.now_us, &rp);
+                    paced_ud = q.qp_type == QP_TYPE_UD;
                     if !l.active() {
                         q.cc.limiter = None;
                     }
                 }
+            }
+            // A paced UD QP's SENDs wait in its SQ (`ud_to_wire`): the ones now due go.
+            if paced_ud && self.qp(id).is_some_and(|q| q.cc.may_send(env.now_us)) {
+                self.process_sq(env, id);
             }
         }
     }

@@ -817,11 +817,17 @@ impl Engine {
             .and_then(Option::as_ref)
             .map(|g| g.gid)
             .unwrap_or([0; 16]);
+        // DCQCN paces a UD QP's packets to the wire: a SEND that is not due waits in the SQ
+        // (before any copy is made) until the limiter lets it go (`cc_tick`).
+        let paced = !self.qp(qp_id).is_none_or(|q| q.cc.may_send(env.now_us));
         if dqpn == MCAST_QPN && gid_is_multicast(&a.dgid) {
             // Multicast: every attached QP of this NIC gets a copy (the sender's own QP
             // too, as on hardware without multicast loopback blocking), and the wire one.
             if !self.port.link_up {
                 return Outcome::Done(w.len);
+            }
+            if paced {
+                return Outcome::Busy;
             }
             for member in self.mcast.members(&a.dgid).to_vec() {
                 if let Err(o) = self.ud_local(env, qp_id, member, qkey, &a, &sgid, w, src) {
@@ -832,6 +838,9 @@ impl Engine {
         }
         let local = self.port.link_up && self.gids.iter().flatten().any(|g| g.gid == a.dgid);
         if self.port.link_up && !local {
+            if paced {
+                return Outcome::Busy;
+            }
             return self.ud_to_wire(env, qp_id, &a, dqpn, qkey, w, src);
         }
         if !local {

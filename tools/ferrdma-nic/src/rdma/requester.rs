@@ -742,9 +742,10 @@ impl Engine {
             immdt: w.imm,
             ..Default::default()
         };
-        if let Err(e) = self.transmit(a, b, ext, &payload) {
+        match self.transmit(a, b, ext, &payload) {
+            Ok(len) => self.cc_sent(env, qp_id, len),
             // UD is unreliable: a send that cannot go out is lost, not failed.
-            log::debug!("QP {qp_id}: UD send dropped: {e}");
+            Err(e) => log::debug!("QP {qp_id}: UD send dropped: {e}"),
         }
         Outcome::Done(w.len)
     }

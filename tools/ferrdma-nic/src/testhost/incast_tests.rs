@@ -626,6 +626,26 @@ fn ce_marked_packets_get_rate_limited_cnps_that_cut_the_senders_rate() {
     tx.h.dev().rx_frame(&got[0]);
     assert_eq!(tx.h.dev().engine().qp_rate(QPN), Some(LINE_BPS / 2));
     assert_eq!(tx.h.dev().engine().counters().cnps_handled, 1);
+    // The host sees it in the NIC's report (`cc nic:N`): the counters, the QP's rate.
+    let knob = Arc::new(crate::rdma::congestion::CcKnob::default());
+    tx.h.dev().set_cc_knob(Arc::clone(&knob));
+    tx.h.dev().set_cc(dcqcn(10_000)).unwrap();
+    let ticket = knob.request_report();
+    tx.h.dev().serve_host_requests();
+    let report = knob
+        .wait_report(ticket, std::time::Duration::ZERO)
+        .expect("served");
+    assert_eq!(report.cnps_handled, 1);
+    assert_eq!(report.qps.len(), 1);
+    let q = report.qps[0];
+    assert_eq!(
+        (q.qpn, q.rate_bps, q.target_bps),
+        (QPN, LINE_BPS / 2, LINE_BPS)
+    );
+    assert_eq!(
+        report.lines("nic:1")[1],
+        format!("nic:1 qp {QPN} rate-mbps=5000.0 target-mbps=10000.0 alpha=1.0000")
+    );
     // Without DCQCN a CNP is counted as ignored and changes nothing.
     tx.h.dev()
         .set_cc(CcConfig {

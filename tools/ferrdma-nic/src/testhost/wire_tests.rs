@@ -2651,3 +2651,112 @@ fn fabric_bench_write_stream() {
         }
     }
 }
+
+/// DCQCN for UD (issue 18): a CE-marked datagram makes the receiving UD QP send the source
+/// QP (its DETH) a CNP on the datagram's reverse path, at most one per source per
+/// `min_time_between_cnps`, none for a datagram the QP would refuse (Q_Key); the CNP gives
+/// the sending UD QP a rate limiter, which then paces its SENDs: those not due wait in the
+/// SQ and all go, in order, as the limiter lets them.
+#[test]
+fn ud_congestion_notification_reaches_and_paces_the_sending_qp() {
+    use crate::rdma::congestion::CcConfig;
+    use crate::wire::ecn::{self as wecn, Ecn};
+    use crate::wire::{opcode as op, parse, IpHeader};
+    let mut net = Net::new(1 << 20, Path::default());
+    // 100 Mb/s: a cut to 50 Mb/s makes a 264-byte frame take 42 us on the line, so eight
+    // SENDs at once outrun the limiter's 100 us of catch-up.
+    let cc = CcConfig {
+        ecn: true,
+        dcqcn: true,
+        line_mbps: 100,
+        ..CcConfig::default()
+    };
+    for nic in [&mut net.a, &mut net.b] {
+        nic.h.dev().set_cc(cc).unwrap();
+    }
+    let ah = CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: 5,
+        pd: 1,
+        attrs: QpAttrs {
+            dgid: gid(2),
+            dmac: mac(2),
+            av_flags: AV_FLAG_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    for _ in 0..16 {
+        let sg = net.b.dst.sg(0, 40 + 200);
+        net.b.h.post_recv(&mut net.b.ud, &[sg]);
+    }
+    let wr = |qkey: u32| Wr {
+        opcode: sq_op::SEND,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 200)],
+        hdr_low: 5,
+        qw2: (u64::from(UDQPN) << 32) | u64::from(qkey),
+        ..Default::default()
+    };
+    let ce = |f: &[u8]| {
+        let mut m = f.to_vec();
+        assert_eq!(wecn::ecn(&m), Some(Ecn::Ect0), "UD goes out ECN-capable");
+        assert!(wecn::mark_ce(&mut m));
+        m
+    };
+    let cnps = |nic: &mut Nic| -> Vec<Vec<u8>> {
+        nic.h
+            .dev()
+            .take_tx()
+            .into_iter()
+            .filter(|f| parse(f).is_ok_and(|p| p.headers.bth.opcode == op::CNP))
+            .collect()
+    };
+    // A datagram with the wrong Q_Key, marked: no CNP.
+    net.a.h.send(&mut net.a.ud, &wr(QKEY ^ 1));
+    let f = net.a.h.dev().take_tx();
+    net.b.h.dev().rx_frame(&ce(&f[0]));
+    assert!(
+        cnps(&mut net.b).is_empty(),
+        "no CNP for a datagram the QP refuses"
+    );
+    // Two marked datagrams: one CNP, to A's UD QP at A's address.
+    for _ in 0..2 {
+        net.a.h.send(&mut net.a.ud, &wr(QKEY));
+        let f = net.a.h.dev().take_tx();
+        net.b.h.dev().rx_frame(&ce(&f[0]));
+    }
+    let got = cnps(&mut net.b);
+    assert_eq!(got.len(), 1, "one CNP per source per interval");
+    let h = parse(&got[0]).expect("the CNP parses").headers;
+    assert!(h.bth.becn);
+    assert_eq!((h.bth.dest_qp, h.eth.dst), (UDQPN, mac(1)));
+    let IpHeader::V4(ip) = h.ip else {
+        panic!("IPv4 reverse path")
+    };
+    assert_eq!((ip.src, ip.dst), ([10, 0, 0, 2], [10, 0, 0, 1]));
+    assert_eq!(ip.traffic_class >> 2, 48, "cnp_dscp");
+    assert_eq!(net.b.h.dev().engine().counters().cnps_sent, 1);
+    // The CNP cuts A's UD QP to half its line rate.
+    net.a.h.dev().rx_frame(&got[0]);
+    assert_eq!(net.a.h.dev().engine().counters().cnps_handled, 1);
+    assert_eq!(net.a.h.dev().engine().qp_rate(UDQPN), Some(50_000_000));
+    // Eight SENDs at once: the limiter lets some go now, the rest as time passes.
+    for _ in 0..8 {
+        net.a.h.send(&mut net.a.ud, &wr(QKEY));
+    }
+    let now = net.a.h.dev().take_tx().len();
+    assert!((1..8).contains(&now), "{now} of 8 went at once");
+    let mut sent = now;
+    for _ in 0..100 {
+        net.clock.fetch_add(50, Ordering::Relaxed);
+        net.a.h.dev().tick();
+        sent += net.a.h.dev().take_tx().len();
+    }
+    assert_eq!(sent, 8, "every paced SEND went");
+    let done = net.a.h.poll_cq(&mut net.a.scq);
+    assert_eq!(done.len(), 3 + 8);
+    assert!(done.iter().all(|c| c.error().is_none()));
+}

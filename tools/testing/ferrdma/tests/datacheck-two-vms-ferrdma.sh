@@ -15,7 +15,8 @@
 # Then congestion of the fabric's own: the frames to node 2's NIC go through a link model
 # (shape nic:1: 2 Gb/s, a 256 KiB buffer, RED from 20 KB to 200 KB), node 1 sends to node 2
 # on 2 QPs at once: the queue marks, node 2 answers with CNPs, DCQCN slows node 1's QPs, and
-# every byte arrives (drops, if the buffer overflows, are retransmitted).
+# every byte arrives (drops, if the buffer overflows, are retransmitted); while it runs, the
+# host sees node 1's QPs held below line rate (cc nic:0: DCQCN's rate, target and alpha).
 # Then lossless (PFC, no ECN): node 1's cable at 10 Gb/s (shape nic:0: the link model runs
 # both ways, so node 1's NIC sends at that rate), node 2's port the 2 Gb/s bottleneck with a
 # 256 KiB buffer, and the switch pausing node 1's port when 64 KiB of what it sent wait
@@ -76,8 +77,19 @@ if [ "$FERRDMA_NODE" = 1 ]; then
 		"shape nic:1 rate-mbps=2000,delay-us=10,buffer=262144,kmin=20000,kmax=200000,pmax=0.2"
 fi
 barrier shape-on 60
+if [ "$FERRDMA_NODE" = 1 ]; then
+	# The host's view of node 1's NIC while the run lasts (until the flag file appears).
+	rm -f /tmp/cc-during.log /tmp/cc-stop
+	( until [ -e /tmp/cc-stop ]; do fabric_ctl "cc nic:0" >> /tmp/cc-during.log 2>&1 || true; nap 0.5; done ) &
+	ccpid=$!
+fi
 cc_run shaped-to-node2 -q 2 -s 65537,1048577
 if [ "$FERRDMA_NODE" = 1 ]; then
+	touch /tmp/cc-stop
+	wait "$ccpid" || true
+	limited=$(grep -m1 -E '^nic:0 qp [0-9]+ rate-mbps=' /tmp/cc-during.log) ||
+		{ cat /tmp/cc-during.log; fail "cc nic:0 never showed a QP held below line rate during the run"; }
+	note "shaped: the host saw $(grep -c '^nic:0 counters' /tmp/cc-during.log) reports, e.g. $limited"
 	fabric_ctl stats > /tmp/stats.log || fail "fabric_ctl stats failed"
 	link=$(grep -m1 ' nic:1 link ' /tmp/stats.log) || { cat /tmp/stats.log; fail "no link model line for nic:1"; }
 	note "shaped: $link"
