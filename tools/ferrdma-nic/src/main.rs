@@ -26,13 +26,20 @@ use ferrdma_nic::vfio::socket::{bind, serve, Clients, FabricLink, ServeError, So
 struct Cli {
     /// Unix socket to serve one NIC on; repeat for more NICs (one thread each).
     /// Attach with: -device '{"driver":"vfio-user-pci","socket":{"type":"unix","path":PATH}}'
-    #[arg(long = "socket", value_name = "PATH", required_unless_present_any = ["lans", "check_pcap"])]
+    #[arg(long = "socket", value_name = "PATH", required_unless_present_any = ["lans", "interfaces", "check_pcap"])]
     sockets: Vec<PathBuf>,
 
     /// Unix socket for one LAN port of the fabric's switch; repeatable. QEMU joins with
     /// -netdev stream,id=N,server=off,addr.type=unix,addr.path=PATH
     #[arg(long = "lan", value_name = "PATH")]
     lans: Vec<PathBuf>,
+
+    /// A host network interface to join to the fabric's switch as one more LAN (an
+    /// AF_PACKET socket in promiscuous mode; needs CAP_NET_RAW): a Linux bridge, VXLAN or
+    /// NIC reaches fabrics in other processes, namespaces or hosts. It is lan:N after the
+    /// --lan sockets, in order. Repeatable.
+    #[arg(long = "interface", value_name = "IFNAME")]
+    interfaces: Vec<String>,
 
     /// Write every frame the switch forwards to this pcap file.
     #[arg(long, value_name = "FILE")]
@@ -254,7 +261,13 @@ fn main() -> ExitCode {
             snaplen: cli.pcap_snaplen,
         });
         match Hub::start(&cli.lans, capture.as_ref(), attach, faults) {
-            Ok(hub) => {
+            Ok(mut hub) => {
+                for ifname in &cli.interfaces {
+                    if let Err(e) = hub.attach_interface(ifname) {
+                        log::error!("--interface {ifname}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
                 if let Some(cc) = cli.cc {
                     if let Err(e) = hub.control.set_cc_all(cc) {
                         log::error!("--cc: {e}");

@@ -32,8 +32,8 @@
 //!   "Fatal errors") once, at its next step; the guest's reset of the engine ends it.
 //! * `help`: the request syntax.
 //!
-//! PORT is `lan:N` (every port of the `N`th `--lan` socket, 0-based as in `--fault`; a VM
-//! reconnecting keeps the setting) or `nic:N` (the RoCE engine port of the `N`th NIC, as in
+//! PORT is `lan:N` (every port of the `N`th `--lan` socket, 0-based as in `--fault`, then
+//! the `--interface`s in order; a VM reconnecting keeps the setting) or `nic:N` (the RoCE engine port of the `N`th NIC, as in
 //! `--nic-fault`); a bare `N` means `lan:N`.
 //!
 //! Every reply ends with a line `ok` or `error: MESSAGE`; `stats` and `help` send their

@@ -44,6 +44,7 @@ use super::fault::{FaultConfig, FaultCounters, Link};
 use super::pcap::{Capture, PcapWriter};
 use super::pfc::{PfcConfig, PfcIngress};
 use super::queue::FrameSender;
+use super::raw::{RawSocket, MAX_FRAME as RAW_MAX_FRAME};
 use super::stream::{encode, Decoder};
 use super::switch::{Mac, PortId, Switch};
 use crate::rdma::congestion::{CcConfig, CcKnob};
@@ -94,6 +95,8 @@ pub enum HubError {
     },
     #[error("spawning a fabric thread: {0}")]
     Spawn(std::io::Error),
+    #[error(transparent)]
+    Interface(#[from] super::raw::RawError),
 }
 
 /// A started fabric. Dropping it does not stop the threads (the process exit does); the
@@ -104,6 +107,8 @@ pub struct Hub {
     pub engine_ports: Vec<EnginePort>,
     /// Changes the running fabric (links, faults) and reads its counters.
     pub control: HubControl,
+    shared: Shared,
+    next_port: Arc<AtomicUsize>,
 }
 
 /// The switch and the capture, shared by every thread that brings frames, and the timer
@@ -365,7 +370,56 @@ impl Hub {
             sockets,
             engine_ports,
             control,
+            shared,
+            next_port,
         })
+    }
+
+    /// Joins the host's network interface `ifname` to the fabric as one more LAN
+    /// (`fabric/raw.rs`): the next `lan:N` after the `--lan` sockets and the interfaces
+    /// attached before. Returns its N.
+    pub fn attach_interface(&mut self, ifname: &str) -> Result<usize, HubError> {
+        let sock = RawSocket::open(ifname)?;
+        let writer = sock.try_clone().map_err(HubError::Spawn)?;
+        let lan = self.control.lans;
+        let port = self.next_port.fetch_add(1, Ordering::SeqCst);
+        let (qtx, qrx) = sync_channel(PORT_QUEUE);
+        self.shared.lock().join(port, lan, qtx);
+        self.control.lans += 1;
+        log::info!("interface {ifname}: port {port}, lan:{lan}");
+        spawn("fabric-raw-tx", move || raw_write_loop(port, &writer, &qrx))?;
+        let shared = self.shared.clone();
+        spawn("fabric-raw-rx", move || {
+            raw_read_loop(port, &sock, &shared);
+            shared.lock().gone(port);
+        })?;
+        Ok(lan)
+    }
+}
+
+/// Frames from a host interface into the switch, one at a time as they come.
+fn raw_read_loop(port: PortId, sock: &RawSocket, shared: &Shared) {
+    let mut buf = vec![0u8; RAW_MAX_FRAME];
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(Some(n)) => shared.switch(port, vec![buf[..n].to_vec()]),
+            Ok(None) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                log::warn!("port {port}: interface read: {e}; closing the port");
+                break;
+            }
+        }
+    }
+}
+
+/// Frames the switch queued for a host interface, out of it.
+fn raw_write_loop(port: PortId, sock: &RawSocket, rx: &Receiver<Vec<u8>>) {
+    while let Ok(f) = rx.recv() {
+        // The interface may be down or the frame too big for it: lost, as on a wire.
+        if let Err(e) = sock.send(&f) {
+            log::debug!("port {port}: interface send: {e}");
+        }
     }
 }
 
@@ -1593,6 +1647,90 @@ mod tests {
             heard += fr.len() as u64;
         }
         assert_eq!(heard, field(&up, "pauses_obeyed="));
+    }
+
+    /// Two fabrics joined through host interfaces (issue 20): a veth pair in a network
+    /// namespace of the test's own (needs root, as make check runs). A RoCE frame from a NIC
+    /// on fabric A reaches the NIC on fabric B through the pair and back, byte for byte; the
+    /// host's own frames on an interface are not switched back; a bad interface is refused.
+    #[test]
+    fn host_interfaces_join_two_fabrics() {
+        use super::super::queue::{frame_queue, Received};
+        use super::super::testframes::roce;
+        use std::process::Command;
+        let t = thread::spawn(|| {
+            // SAFETY: unshare only changes this thread's network namespace.
+            let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+            assert_eq!(
+                r,
+                0,
+                "unshare(CLONE_NEWNET): {} (this test needs root)",
+                std::io::Error::last_os_error()
+            );
+            for args in [
+                &["link", "add", "fa0", "type", "veth", "peer", "name", "fb0"][..],
+                &["link", "set", "fa0", "up"],
+                &["link", "set", "fb0", "up"],
+            ] {
+                let st = Command::new("ip").args(args).status().expect("running ip");
+                assert!(st.success(), "ip {args:?}");
+            }
+            let (a, b) = ([0x52, 0x54, 0, 0, 5, 0], [0x52, 0x54, 0, 0, 5, 1]);
+            let mut hubs = Vec::new();
+            let mut rx = Vec::new();
+            for (mac, ifname) in [(a, "fa0"), (b, "fb0")] {
+                let (tx, r) = frame_queue(64);
+                let mut hub = Hub::start(
+                    &[],
+                    None,
+                    vec![NicAttachment { mac, inbound: tx }],
+                    Faults::default(),
+                )
+                .unwrap();
+                assert_eq!(hub.attach_interface(ifname).unwrap(), 0, "lan:0");
+                assert!(matches!(
+                    hub.attach_interface("fz9"),
+                    Err(HubError::Interface(_))
+                ));
+                hubs.push(hub);
+                rx.push(r);
+            }
+            let recv = |r: &super::super::queue::FrameReceiver| -> Vec<Vec<u8>> {
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_secs(5) {
+                    if let Received::Frames(f) = r.recv(16, Duration::from_millis(50)) {
+                        return f;
+                    }
+                }
+                Vec::new()
+            };
+            let ab = roce(b, a, false, false);
+            hubs[0].engine_ports[0].send(vec![ab.clone()]);
+            assert_eq!(recv(&rx[1]), vec![ab], "A to B over the veth pair");
+            let ba = roce(a, b, true, false);
+            hubs[1].engine_ports[0].send(vec![ba.clone()]);
+            assert_eq!(recv(&rx[0]), vec![ba], "and B to A");
+            // A frame the host sends on fa0 reaches fabric B (its NIC), not fabric A.
+            let sock = RawSocket::open("fa0").unwrap();
+            let hostframe = roce(b, [0x52, 0x54, 0, 0, 5, 9], false, false);
+            sock.send(&hostframe).unwrap();
+            assert_eq!(recv(&rx[1]), vec![hostframe]);
+            assert!(recv_none(&rx[0]));
+            let stats = super::super::control::handle_line(b"stats", &hubs[1].control)
+                .unwrap()
+                .unwrap();
+            assert!(
+                stats.iter().any(|l| l.contains(" lan:0 up rx=2 ")),
+                "{stats:?}"
+            );
+        });
+        t.join().unwrap();
+    }
+
+    /// Nothing arrives on `r` within 200 ms.
+    fn recv_none(r: &super::super::queue::FrameReceiver) -> bool {
+        use super::super::queue::Received;
+        !matches!(r.recv(16, Duration::from_millis(200)), Received::Frames(_))
     }
 
     #[test]

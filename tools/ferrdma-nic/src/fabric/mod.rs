@@ -11,6 +11,7 @@ pub mod pcap;
 pub mod pcapcheck;
 pub mod pfc;
 pub mod queue;
+pub mod raw;
 pub mod stream;
 pub mod switch;
 
