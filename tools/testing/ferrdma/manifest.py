@@ -5,6 +5,7 @@ manifest.txt (next to this file) lists, a line each ("#" starts a comment):
 
     vm NAME          tests/NAME.sh, a VM test make check runs
     baseline NAME    tests/NAME.sh, a soft RoCE baseline (baseline=yes; run only on request)
+    long NAME        tests/NAME.sh, a long suite (long=yes): make check-long runs them
     kunit SUITE      one of ferrdma's KUnit suites (the driver's, rust/kernel/infiniband's)
     upstream SUITE   an upstream kernel KUnit suite the test kernel runs (rust/kernel doctests)
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-KINDS = ("vm", "baseline", "kunit", "upstream")
+KINDS = ("vm", "baseline", "long", "kunit", "upstream")
+# The kinds that name test scripts (one name, one kind).
+SCRIPT_KINDS = ("vm", "baseline", "long")
 PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), "manifest.txt")
 
 
@@ -31,6 +34,7 @@ PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), "manifest.txt")
 class Manifest:
     vm: list[str] = dataclasses.field(default_factory=list)
     baseline: list[str] = dataclasses.field(default_factory=list)
+    long: list[str] = dataclasses.field(default_factory=list)
     kunit: list[str] = dataclasses.field(default_factory=list)
     upstream: list[str] = dataclasses.field(default_factory=list)
 
@@ -46,9 +50,9 @@ def parse(text: str) -> Manifest:
         parts = line.split()
         if len(parts) != 2 or parts[0] not in KINDS:
             raise ValueError(f"manifest line {n}: expected 'KIND NAME' (KIND: {', '.join(KINDS)}): {raw!r}")
-        if (parts[0] in ("vm", "baseline"), parts[1]) in seen:
+        if (parts[0] in SCRIPT_KINDS, parts[1]) in seen:
             raise ValueError(f"manifest line {n}: {parts[1]} is listed twice")
-        seen.add((parts[0] in ("vm", "baseline"), parts[1]))
+        seen.add((parts[0] in SCRIPT_KINDS, parts[1]))
         getattr(m, parts[0]).append(parts[1])
     return m
 
@@ -71,32 +75,30 @@ def is_upstream(m: Manifest, case_name: str) -> bool:
     return not (suite == "rust_doctests_kernel" and "infiniband" in case_name)
 
 
-def check(m: Manifest, scripts: dict[str, bool], ran: set[str],
+def check(m: Manifest, scripts: dict[str, str], ran: set[str],
           suites: set[str]) -> list[tuple[str, str]]:
     """Compares the manifest with a full run.
 
-    scripts: every tests/*.sh by name, True if its header says baseline=yes; ran: the VM tests
-    that ran (their TAP line was printed); suites: the KUnit suites that reported. Returns
-    (name, problem) pairs, one per difference.
+    scripts: every tests/*.sh by name, with the kind its header gives it ("baseline" for
+    baseline=yes, "long" for long=yes, else "vm"); ran: the VM tests that ran (their TAP line
+    was printed); suites: the KUnit suites that reported. Returns (name, problem) pairs, one
+    per difference.
     """
     problems = []
-    listed = set(m.vm) | set(m.baseline)
+    listed = {name: kind for kind in SCRIPT_KINDS for name in getattr(m, kind)}
     for name in sorted(scripts):
         if name not in listed:
             problems.append((name, f"tests/{name}.sh is not listed in manifest.txt "
-                                   f"(as 'vm {name}' or 'baseline {name}')"))
-    for name in m.vm:
+                                   f"(as '{scripts[name]} {name}')"))
+    for name, kind in listed.items():
         if name not in scripts:
             problems.append((name, f"listed, but tests/{name}.sh is missing"))
-        elif scripts[name]:
-            problems.append((name, "listed as 'vm', but its header says baseline=yes"))
-        elif name not in ran:
+        elif scripts[name] != kind:
+            header = {"vm": "neither baseline=yes nor long=yes", "baseline": "baseline=yes",
+                      "long": "long=yes"}[scripts[name]]
+            problems.append((name, f"listed as '{kind}', but its header says {header}"))
+        elif kind == "vm" and name not in ran:
             problems.append((name, "listed, but did not run"))
-    for name in m.baseline:
-        if name not in scripts:
-            problems.append((name, f"listed, but tests/{name}.sh is missing"))
-        elif not scripts[name]:
-            problems.append((name, "listed as 'baseline', but its header lacks baseline=yes"))
     for suite in m.kunit + m.upstream:
         if suite not in suites:
             problems.append((f"kunit:{suite}", "listed, but no case of it reported"))

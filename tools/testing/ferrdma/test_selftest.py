@@ -391,13 +391,15 @@ class ManifestTest(unittest.TestCase):
 vm probe
 vm two-vms   # trailing comment
 baseline events-pingpong-rxe
+long split-fabric
 kunit ferrdma_ring
 upstream rust_doctests_kernel
 """
 
     def setUp(self):
         self.m = manifest.parse(self.TEXT)
-        self.scripts = {"probe": False, "two-vms": False, "events-pingpong-rxe": True}
+        self.scripts = {"probe": "vm", "two-vms": "vm", "events-pingpong-rxe": "baseline",
+                        "split-fabric": "long"}
         self.ran = {"probe", "two-vms"}
         self.suites = {"ferrdma_ring", "rust_doctests_kernel"}
 
@@ -416,7 +418,7 @@ upstream rust_doctests_kernel
                          [("probe", "listed, but did not run")])
 
     def test_an_unlisted_script_fails(self):
-        self.scripts["new-test"] = False
+        self.scripts["new-test"] = "vm"
         self.ran.add("new-test")
         problems = manifest.check(self.m, self.scripts, self.ran, self.suites)
         self.assertEqual([p[0] for p in problems], ["new-test"])
@@ -425,14 +427,22 @@ upstream rust_doctests_kernel
         problems = manifest.check(self.m, self.scripts, self.ran, {"rust_doctests_kernel", "other"})
         self.assertEqual([p[0] for p in problems], ["kunit:ferrdma_ring", "kunit:other"])
 
-    def test_baseline_header_must_agree(self):
-        self.scripts["probe"] = True
-        self.scripts["events-pingpong-rxe"] = False
+    def test_baseline_and_long_headers_must_agree(self):
+        self.scripts["probe"] = "baseline"
+        self.scripts["events-pingpong-rxe"] = "vm"
+        self.scripts["split-fabric"] = "vm"
         problems = manifest.check(self.m, self.scripts, self.ran, self.suites)
-        self.assertEqual([p[0] for p in problems], ["probe", "events-pingpong-rxe"])
+        self.assertEqual([p[0] for p in problems], ["probe", "events-pingpong-rxe", "split-fabric"])
+        self.assertEqual(problems[2][1], "listed as 'long', but its header says neither "
+                                         "baseline=yes nor long=yes")
+
+    def test_a_long_test_need_not_run_in_make_check(self):
+        self.assertNotIn("split-fabric", self.ran)
+        self.assertEqual(manifest.check(self.m, self.scripts, self.ran, self.suites), [])
 
     def test_bad_lines(self):
-        for text in ("vm", "vm a b", "test probe", "vm probe\nbaseline probe"):
+        for text in ("vm", "vm a b", "test probe", "vm probe\nbaseline probe",
+                     "long probe\nvm probe"):
             with self.subTest(text=text):
                 with self.assertRaises(ValueError):
                     manifest.parse(text)
@@ -444,7 +454,7 @@ upstream rust_doctests_kernel
 
     def test_the_checked_in_manifest_lists_every_test_script(self):
         m = manifest.load()
-        scripts = {tc.name: tc.baseline for tc in run_tests_discover()}
+        scripts = {tc.name: tc.kind for tc in run_tests_discover()}
         self.assertEqual(manifest.check(m, scripts, set(m.vm), set(m.kunit + m.upstream)), [])
 
 

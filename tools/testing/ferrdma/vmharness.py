@@ -174,6 +174,85 @@ def reexec_in_sysroot(program: str, args: list[str]) -> None:
 _DIE_WITH_HARNESS = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
+class SplitNet:
+    """Host networking for Config.split_fabric: per node a network namespace with one end of
+    a veth pair, the other end on a bridge in the harness's namespace, all at MTU 9000. The
+    fabric's --interface is the veth end ("bridge"), or a VXLAN device (VNI 42, UDP 4789,
+    MTU 8950) over it to the other namespace's address on the bridge, 10.99.N.1... ("vxlan").
+    Names carry a tag of the harness's PID, so concurrent runs do not meet; `down` removes
+    everything (deleting a namespace deletes its devices)."""
+
+    def __init__(self, pid: int, mode: str):
+        if mode not in ("bridge", "vxlan"):
+            raise HarnessError(f"split fabric {mode!r}: bridge or vxlan")
+        self.mode = mode
+        self.tag = f"{pid % 100000:05d}"
+        self.bridge = f"fbr{self.tag}"
+
+    def netns(self, n: int) -> str:
+        return f"ferrdma-{self.tag}-{n}"
+
+    def inner(self, n: int) -> str:
+        return f"fv{self.tag}{n}"
+
+    def outer(self, n: int) -> str:
+        return f"fp{self.tag}{n}"
+
+    def vxlan(self, n: int) -> str:
+        return f"fx{self.tag}{n}"
+
+    def interface(self, n: int) -> str:
+        """The fabric's --interface in node n's namespace."""
+        return self.vxlan(n) if self.mode == "vxlan" else self.inner(n)
+
+    @staticmethod
+    def underlay_ip(n: int) -> str:
+        return f"10.99.0.{n}"
+
+    def enter(self, n: int) -> list[str]:
+        """The argv prefix that runs a command in node n's namespace: nsenter, as `ip netns
+        exec` remounts / (refused in the sysroot's chroot)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns(n)}"]
+
+    @staticmethod
+    def _run(argv: list[str]) -> None:
+        import subprocess
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise HarnessError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+    def _ip(self, *args: str) -> None:
+        self._run(["ip", *args])
+
+    def _in(self, n: int, *argv: str) -> None:
+        self._run([*self.enter(n), *argv])
+
+    def up(self, vms: int) -> None:
+        self._ip("link", "add", self.bridge, "mtu", "9000", "type", "bridge")
+        self._ip("link", "set", self.bridge, "up")
+        for n in range(1, vms + 1):
+            ns, inner, outer = self.netns(n), self.inner(n), self.outer(n)
+            self._ip("netns", "add", ns)
+            self._ip("link", "add", inner, "mtu", "9000", "type", "veth", "peer", "name",
+                     outer, "mtu", "9000")
+            self._ip("link", "set", inner, "netns", ns)
+            self._in(n, "ip", "link", "set", inner, "up")
+            self._ip("link", "set", outer, "master", self.bridge)
+            self._ip("link", "set", outer, "up")
+            if self.mode == "vxlan":
+                peer = self.underlay_ip(3 - n) if vms == 2 else self.underlay_ip(n)
+                self._in(n, "ip", "addr", "add", f"{self.underlay_ip(n)}/24", "dev", inner)
+                self._in(n, "ip", "link", "add", self.vxlan(n), "mtu", "8950", "type", "vxlan",
+                         "id", "42", "remote", peer, "dstport", "4789", "dev", inner)
+                self._in(n, "ip", "link", "set", self.vxlan(n), "up")
+
+    def down(self, vms: int) -> None:
+        import subprocess
+        for n in range(1, vms + 1):
+            subprocess.run(["ip", "netns", "del", self.netns(n)], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
 class Child:
     """A process the harness started, in its own process group, with output to a log file."""
 
@@ -305,6 +384,13 @@ class Config:
     # the ferrdma NIC: the fabric steers RoCEv2 frames to a NIC's MAC to its engine, so rxe
     # needs a MAC of its own to run between VMs that have ferrdma NICs (make bench).
     rxe_lan: bool = False
+    # Each VM's NIC and virtio-net join a fabric process of their own, in a network namespace
+    # of its own, and the fabrics meet through host networking (issue 20): "bridge", each
+    # fabric's --interface a veth pair's end, the other ends bridged in the harness's
+    # namespace; "vxlan", each fabric's --interface a VXLAN device over such a pair, the
+    # namespaces addressed on the bridge (SplitNet). "" (default): one fabric. No fabric
+    # control socket with split fabrics.
+    split_fabric: str = ""
     mem_mb: int = 512
     smp: int = 2
     kunit: bool = True  # run the KUnit suites (built in at boot, ferrdma.ko's at insmod)
@@ -926,6 +1012,11 @@ def run(cfg: Config) -> RunResult:
         raise HarnessError(f"NICs for nodes {sorted(cfg.nic_nodes)}: the run has {cfg.vms} VM(s)")
     if cfg.check_pcap and not cfg.fabric:
         raise HarnessError("checking the fabric's capture needs the fabric (FERRDMA_FABRIC=1)")
+    if cfg.split_fabric not in ("", "bridge", "vxlan"):
+        raise HarnessError(f"split fabric {cfg.split_fabric!r}: bridge or vxlan")
+    if cfg.split_fabric and (not cfg.fabric or cfg.rxe_lan or cfg.replug or cfg.check_pcap):
+        raise HarnessError("split fabrics need the fabric and go without rxe_lan, replug and "
+                           "check_pcap")
     if shutil.which("qemu-system-x86_64") is None:
         raise HarnessError("qemu-system-x86_64 is not installed")
     if not os.access(GUEST_INIT, os.X_OK):
@@ -981,12 +1072,31 @@ def run(cfg: Config) -> RunResult:
                     cfg.on_output(i + 1, line)
 
     fabric: Child | None = None
+    split = SplitNet(os.getpid(), cfg.split_fabric) if cfg.split_fabric else None
     try:
         with _signals_raise():
             # 0. The fabric, when asked for: one switch port per VM. With NICs, the same
             #    ferrdma-nic process serves every VM's NIC, so the NICs' RoCE engines sit on
-            #    that switch too (RDMA between the VMs goes through it).
-            if cfg.fabric:
+            #    that switch too (RDMA between the VMs goes through it). Split: a process
+            #    per VM in its own namespace, joined through host networking.
+            if split is not None:
+                split.up(cfg.vms)
+                for n in range(1, cfg.vms + 1):
+                    argv = [*split.enter(n), cfg.nic or default_nic(),
+                            "--lan", f"{lan_sock}.{n}", "--interface", split.interface(n)]
+                    if cfg.capture:
+                        argv += ["--pcap", os.path.join(logdir, f"fabric{n}.pcap"),
+                                 "--pcap-snaplen", str(cfg.pcap_snaplen)]
+                    if has_nic(cfg, n):
+                        argv += ["--socket", os.path.join(sockdir, f"nic{n}.sock"),
+                                 "--mac", node_mac(n)]
+                    argv += list(cfg.nic_args)
+                    child = Child(f"fabric{n}", argv, os.path.join(logdir, f"fabric{n}.log"))
+                    _wait_for_socket(f"{lan_sock}.{n}", child, 15.0)
+                    if has_nic(cfg, n):
+                        _wait_for_socket(os.path.join(sockdir, f"nic{n}.sock"), child, 15.0)
+                    nics[n - 1] = child
+            elif cfg.fabric:
                 fabric_bin = cfg.nic or default_nic()
                 argv = [fabric_bin]
                 if cfg.capture or cfg.check_pcap:
@@ -1087,6 +1197,8 @@ def run(cfg: Config) -> RunResult:
         _stop_all(qemus, nics, nic_grace=0.0 if cfg.replug else 5.0)
         if fabric is not None:
             fabric.stop()
+        if split is not None:
+            split.down(cfg.vms)
         shutil.rmtree(sockdir, ignore_errors=True)
     wall = time.monotonic() - start
     drain(final=True)
