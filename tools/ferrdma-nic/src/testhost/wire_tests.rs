@@ -271,6 +271,24 @@ impl Net {
         }
     }
 
+    /// Creates AH `ah_id` in PD 1 of A: IPv4 to B.
+    fn ah_to_b(&mut self, ah_id: u32) {
+        let ah = CreateAh {
+            hdr: Host::hdr(admin_op::CREATE_AH),
+            ah_id,
+            pd: 1,
+            attrs: QpAttrs {
+                dgid: gid(2),
+                dmac: mac(2),
+                av_flags: AV_FLAG_IPV4,
+                hop_limit: 64,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(self.a.h.admin(ah.encode()), admin_status::OK);
+    }
+
     fn faults(&mut self, cfg: FaultConfig, seed: u64) {
         self.to_a = Some(Link::new(cfg, seed).unwrap());
         self.to_b = Some(Link::new(cfg, seed ^ 0x5555).unwrap());
@@ -1806,20 +1824,7 @@ fn gsi_qp1_to_qp1_over_the_wire() {
     }
     let mut gb = gsi.pop().unwrap();
     let mut ga = gsi.pop().unwrap();
-    let ah = CreateAh {
-        hdr: Host::hdr(admin_op::CREATE_AH),
-        ah_id: 1,
-        pd: 1,
-        attrs: QpAttrs {
-            dgid: gid(2),
-            dmac: mac(2),
-            av_flags: AV_FLAG_IPV4,
-            hop_limit: 64,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    net.ah_to_b(1);
     let mad = pattern(256, 0x6d);
     net.a.h.write(net.a.src.gpa, &mad);
     let sg = net.b.dst.sg(0, 40 + 256);
@@ -1860,20 +1865,7 @@ fn controlled_qkey_of_an_unprivileged_ud_qp_never_reaches_gsi() {
         .h
         .create_qp_flags(QP_FLAG_PRIVILEGED, KQPN, QP_TYPE_UD, 1, 1, 2, 64, 16, 2);
     net.a.h.ud_to_rts(KQPN, 0x4444);
-    let ah = CreateAh {
-        hdr: Host::hdr(admin_op::CREATE_AH),
-        ah_id: 1,
-        pd: 1,
-        attrs: QpAttrs {
-            dgid: gid(2),
-            dmac: mac(2),
-            av_flags: AV_FLAG_IPV4,
-            hop_limit: 64,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    net.ah_to_b(1);
     let mad = pattern(256, 0x6d);
     net.a.h.write(net.a.src.gpa, &mad);
     let forged = Wr {
@@ -2674,20 +2666,7 @@ fn ud_congestion_notification_reaches_and_paces_the_sending_qp() {
     for nic in [&mut net.a, &mut net.b] {
         nic.h.dev().set_cc(cc).unwrap();
     }
-    let ah = CreateAh {
-        hdr: Host::hdr(admin_op::CREATE_AH),
-        ah_id: 5,
-        pd: 1,
-        attrs: QpAttrs {
-            dgid: gid(2),
-            dmac: mac(2),
-            av_flags: AV_FLAG_IPV4,
-            hop_limit: 64,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    assert_eq!(net.a.h.admin(ah.encode()), admin_status::OK);
+    net.ah_to_b(5);
     for _ in 0..16 {
         let sg = net.b.dst.sg(0, 40 + 200);
         net.b.h.post_recv(&mut net.b.ud, &[sg]);
