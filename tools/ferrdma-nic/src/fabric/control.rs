@@ -172,6 +172,29 @@ fn parse_port(s: &str) -> Result<PortRef, ParseError> {
     }
 }
 
+/// `CMD PORT SPEC|off`: the port and the parsed SPEC (`None` for `off`).
+fn port_spec<T, E>(
+    words: &[&str],
+    usage: &'static str,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<(PortRef, Option<T>), ParseError>
+where
+    ParseError: From<E>,
+{
+    let [_, port, spec] = words else {
+        return Err(ParseError::Usage(usage));
+    };
+    let port = parse_port(port)?;
+    Ok((
+        port,
+        if *spec == "off" {
+            None
+        } else {
+            Some(parse(spec)?)
+        },
+    ))
+}
+
 /// Parses one request line (without its newline). `Ok(None)` for a blank line.
 pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
     let words: Vec<&str> = line.split_ascii_whitespace().collect();
@@ -196,39 +219,18 @@ pub fn parse(line: &str) -> Result<Option<Command>, ParseError> {
             }
             _ => return Err(ParseError::Usage("link PORT... up|down (1..=16 ports)")),
         },
-        "fault" => match words[1..] {
-            [port, spec] => Command::Fault {
-                port: parse_port(port)?,
-                fault: if spec == "off" {
-                    None
-                } else {
-                    Some(FaultConfig::parse(spec)?)
-                },
-            },
-            _ => return Err(ParseError::Usage("fault PORT SPEC|off")),
-        },
-        "shape" => match words[1..] {
-            [port, spec] => Command::Shape {
-                port: parse_port(port)?,
-                shape: if spec == "off" {
-                    None
-                } else {
-                    Some(EgressConfig::parse(spec)?)
-                },
-            },
-            _ => return Err(ParseError::Usage("shape PORT SPEC|off")),
-        },
-        "pfc" => match words[1..] {
-            [port, spec] => Command::Pfc {
-                port: parse_port(port)?,
-                pfc: if spec == "off" {
-                    None
-                } else {
-                    Some(PfcConfig::parse(spec)?)
-                },
-            },
-            _ => return Err(ParseError::Usage("pfc PORT SPEC|off")),
-        },
+        "fault" => {
+            let (port, fault) = port_spec(&words, "fault PORT SPEC|off", FaultConfig::parse)?;
+            Command::Fault { port, fault }
+        }
+        "shape" => {
+            let (port, shape) = port_spec(&words, "shape PORT SPEC|off", EgressConfig::parse)?;
+            Command::Shape { port, shape }
+        }
+        "pfc" => {
+            let (port, pfc) = port_spec(&words, "pfc PORT SPEC|off", PfcConfig::parse)?;
+            Command::Pfc { port, pfc }
+        }
         "sabotage" => {
             const USAGE: &str = "sabotage nic:N write-byte=OFFSET|off|admin=stall|admin=run|fatal";
             let [port, what] = words[1..] else {

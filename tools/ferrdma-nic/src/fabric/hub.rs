@@ -703,6 +703,25 @@ impl SwitchState {
         }
     }
 
+    /// Changes the setting of `port` with `change` and gives each of its switch ports the
+    /// result; `what` names the new value in the log.
+    fn change_setting(
+        &mut self,
+        port: PortRef,
+        what: &str,
+        change: impl FnOnce(&mut Setting),
+    ) -> Reply {
+        let set = self.settings.entry(port).or_default();
+        change(set);
+        let set = *set;
+        let ports = self.ports_of(port);
+        for &p in &ports {
+            self.configure(p, set);
+        }
+        log::info!("control: {port} {what} (switch ports {ports:?})");
+        Ok(Vec::new())
+    }
+
     fn control(&mut self, cmd: Command) -> Reply {
         match cmd {
             Command::Link { ports, up } => {
@@ -722,37 +741,13 @@ impl SwitchState {
                 Ok(Vec::new())
             }
             Command::Fault { port, fault } => {
-                let set = self.settings.entry(port).or_default();
-                set.fault = fault;
-                let set = *set;
-                let ports = self.ports_of(port);
-                for &p in &ports {
-                    self.configure(p, set);
-                }
-                log::info!("control: {port} faults {fault:?} (switch ports {ports:?})");
-                Ok(Vec::new())
+                self.change_setting(port, &format!("faults {fault:?}"), |s| s.fault = fault)
             }
             Command::Shape { port, shape } => {
-                let set = self.settings.entry(port).or_default();
-                set.shape = shape;
-                let set = *set;
-                let ports = self.ports_of(port);
-                for &p in &ports {
-                    self.configure(p, set);
-                }
-                log::info!("control: {port} link model {shape:?} (switch ports {ports:?})");
-                Ok(Vec::new())
+                self.change_setting(port, &format!("link model {shape:?}"), |s| s.shape = shape)
             }
             Command::Pfc { port, pfc } => {
-                let set = self.settings.entry(port).or_default();
-                set.pfc = pfc;
-                let set = *set;
-                let ports = self.ports_of(port);
-                for &p in &ports {
-                    self.configure(p, set);
-                }
-                log::info!("control: {port} flow control {pfc:?} (switch ports {ports:?})");
-                Ok(Vec::new())
+                self.change_setting(port, &format!("flow control {pfc:?}"), |s| s.pfc = pfc)
             }
             Command::Stats => Ok(self.stats_lines()),
             // Applied by `HubControl` itself; never sent here.
@@ -1149,6 +1144,11 @@ impl Core {
     /// the flow control looks at the queues after each step. So a loaded host delays the
     /// figures' delivery, not the figures.
     fn run_models(&mut self, now: u64) {
+        // Ports change only under a control request, never in here.
+        let mut uplink_ports: Vec<PortId> = self.st.uplinks.keys().copied().collect();
+        uplink_ports.sort_unstable();
+        let mut shaped_ports: Vec<PortId> = self.st.shapers.keys().copied().collect();
+        shaped_ports.sort_unstable();
         for _ in 0..MAX_EVENTS {
             let Some(t) = self
                 .st
@@ -1161,9 +1161,7 @@ impl Core {
             else {
                 break;
             };
-            let mut ports: Vec<PortId> = self.st.uplinks.keys().copied().collect();
-            ports.sort_unstable();
-            for &p in &ports {
+            for &p in &uplink_ports {
                 let mut frames = Vec::new();
                 if let Some(u) = self.st.uplinks.get_mut(&p) {
                     u.poll(t, &mut frames);
@@ -1172,9 +1170,7 @@ impl Core {
                     self.switch_one(p, f, t);
                 }
             }
-            let mut ports: Vec<PortId> = self.st.shapers.keys().copied().collect();
-            ports.sort_unstable();
-            for p in ports {
+            for &p in &shaped_ports {
                 self.ready.clear();
                 if let Some(e) = self.st.shapers.get_mut(&p) {
                     e.poll(t, &mut self.ready);

@@ -32,14 +32,7 @@ fn pair(clock: &Arc<AtomicU64>) -> (Nic, Nic) {
 }
 
 fn write(tx: &mut Nic, rx: &Nic, len: u32) {
-    let wr = Wr {
-        opcode: sq_op::RDMA_WRITE,
-        signaled: true,
-        sges: vec![tx.src.sg(0, len)],
-        hdr_low: rx.dst.stag,
-        qw2: rx.dst.va,
-        ..Default::default()
-    };
+    let wr = rx.dst.write_from(&tx.src, len);
     tx.h.send(&mut tx.qp, &wr);
 }
 

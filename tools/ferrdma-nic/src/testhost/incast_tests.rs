@@ -569,14 +569,7 @@ fn ce_marked_packets_get_rate_limited_cnps_that_cut_the_senders_rate() {
     }
     rx.connect_qp(QPN, QPN, 2, path, 0x100, 0x200);
     tx.connect_qp(QPN, QPN, 1, path, 0x200, 0x100);
-    let wr = Wr {
-        opcode: sq_op::RDMA_WRITE,
-        signaled: true,
-        sges: vec![tx.src.sg(0, 64 * 1024)],
-        hdr_low: rx.dst.stag,
-        qw2: rx.dst.va,
-        ..Default::default()
-    };
+    let wr = rx.dst.write_from(&tx.src, 64 * 1024);
     tx.h.send(&mut tx.qp, &wr);
     let frames = tx.h.dev().take_tx();
     assert_eq!(frames.len(), 16);

@@ -63,6 +63,18 @@ pub(super) struct Mem {
 }
 
 impl Mem {
+    /// A signaled RDMA WRITE of the first `len` bytes of `src` to the start of this buffer.
+    pub(super) fn write_from(&self, src: &Mem, len: u32) -> Wr {
+        Wr {
+            opcode: sq_op::RDMA_WRITE,
+            signaled: true,
+            sges: vec![src.sg(0, len)],
+            hdr_low: self.stag,
+            qw2: self.va,
+            ..Default::default()
+        }
+    }
+
     pub(super) fn sg(&self, off: u64, len: u32) -> Sg {
         Sg {
             addr: self.va + off,
