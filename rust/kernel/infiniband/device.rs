@@ -6,6 +6,7 @@ use super::{
     ah::{self, AhObject},
     attr,
     cq::{self, CqObject},
+    debugfs::DeviceParams,
     hw_stats,
     irq::{Interrupts, Vectors},
     mcast, mr,
@@ -134,6 +135,7 @@ pub struct Registration<'a, T: Driver> {
     dev: NonNull<Device<T>>,
     netdev: Pin<KBox<NetdevBinding>>,
     irqs: Option<Vectors<'a, T>>,
+    params: Option<DeviceParams<T>>,
     data: ManuallyDrop<Pin<KBox<T::RegistrationData<'a>>>>,
     _p: PhantomData<&'a ()>,
 }
@@ -220,14 +222,21 @@ impl<'a, T: Driver> Registration<'a, T> {
         .inspect_err(|_| netdev.as_ref().unregister())?;
 
         core::mem::forget(guard);
-        Ok(Self {
+        let mut this = Self {
             dev,
             netdev,
             irqs,
+            params: None,
             // INVARIANT: Dropped only in `Drop`.
             data: ManuallyDrop::new(data),
             _p: PhantomData,
-        })
+        };
+        // SAFETY: The device is registered; `Drop` removes the files before it unregisters
+        // the device and drops the data.
+        this.params = Some(unsafe {
+            DeviceParams::new(this.device(), T::DEBUGFS_DIR, parent.name().as_char_ptr())
+        }?);
+        Ok(this)
     }
 
     /// The bound network device went up or down ([`Driver::netdev_link`]).
@@ -259,6 +268,8 @@ impl<'a, T: Driver> Registration<'a, T> {
 impl<T: Driver> Drop for Registration<'_, T> {
     fn drop(&mut self) {
         let raw = self.device().as_raw();
+        // Its handlers reach the data: gone (and finished) first.
+        self.params = None;
         // SAFETY: The device was registered in `new`; after this returns no callback runs.
         unsafe { bindings::ib_unregister_device(raw) };
         self.netdev.as_ref().unregister();

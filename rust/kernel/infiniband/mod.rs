@@ -13,6 +13,7 @@ pub mod ah;
 pub mod attr;
 pub mod av;
 pub mod cq;
+pub mod debugfs;
 pub mod device;
 pub mod events;
 pub mod hw_stats;
@@ -31,6 +32,7 @@ pub mod wr;
 pub use attr::{DeviceAttr, FwVersion, Mtu, RocePort};
 pub use av::Av;
 pub use cq::{CqInitAttr, NewCq};
+pub use debugfs::DebugfsParam;
 pub use device::{Device, Registration, RegistrationParams};
 pub use events::{CqEvents, QpEvent, QpEvents};
 pub use hw_stats::StatDesc;
@@ -133,6 +135,25 @@ pub trait Driver: Sized + Send + Sync + 'static {
         _port: u32,
         _values: &mut [u64],
     ) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// The driver's debugfs directory (`<debugfs>/<name>/`), with one directory per device
+    /// (named after its parent) for [`Driver::DEBUGFS_PARAMS`].
+    const DEBUGFS_DIR: &'static CStr = c"infiniband";
+
+    /// The device's tunable parameters, each a file in debugfs (see [`debugfs`]). With none
+    /// (the default), the device has no debugfs directory.
+    const DEBUGFS_PARAMS: &'static [DebugfsParam] = &[];
+
+    /// Reads parameter `index` of [`Driver::DEBUGFS_PARAMS`]. Process context, may sleep.
+    fn read_param(_data: &Self::RegistrationData<'_>, _index: usize) -> Result<u32> {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Sets parameter `index` of [`Driver::DEBUGFS_PARAMS`] to `value` (root only: the file
+    /// is writable by root). Process context, may sleep.
+    fn write_param(_data: &Self::RegistrationData<'_>, _index: usize, _value: u32) -> Result {
         Err(EOPNOTSUPP)
     }
 

@@ -75,6 +75,8 @@ fn manual_offsets_match_the_structs() {
     assert_eq!(offset_of!(SetPort, mac), 8);
     assert_eq!(offset_of!(SetPort, link), 14);
     assert_eq!(offset_of!(SetPort, mtu), 15);
+    assert_eq!(offset_of!(SetCc, param), 8);
+    assert_eq!(offset_of!(SetCc, value), 12);
     assert_eq!(offset_of!(CreateAh, pd), 12);
     assert_eq!(offset_of!(CreateAh, attrs), 16);
     assert_eq!(offset_of!(Caps, max_qp), 8);
@@ -149,7 +151,7 @@ fn encode_decode_round_trip_and_byte_order() {
     assert_eq!(stag_index(0xabcd12), 0xabcd);
     // Offsets the 1.x driver uses are unchanged.
     assert_eq!((REG_ID, REG_VERSION, REG_TEST_DMA_CTRL), (0, 4, 0x120));
-    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 8));
+    assert_eq!((VERSION_MAJOR, VERSION_MINOR), (1, 9));
     assert_eq!((REG_FEATURES, REG_MAC_LO, REG_MAC_HI), (0x10, 0x18, 0x1c));
 }
 

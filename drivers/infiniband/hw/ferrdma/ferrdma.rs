@@ -10,6 +10,7 @@ mod abi;
 mod admin;
 mod ah;
 mod caps;
+mod cc_params;
 mod counters;
 mod cq;
 mod driver;

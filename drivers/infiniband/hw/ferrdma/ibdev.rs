@@ -21,12 +21,12 @@ use crate::{
     sizing,
 };
 use kernel::{
-    device,
+    c_str, device,
     infiniband::{
         self, mcast::McastGid, AbandonedObject, Access, Av, CqEvents, CqInitAttr, CqNotify,
-        Destroyed, DeviceAttr, DriverId, FwVersion, MmioWindow, Mtu, NewCq, NewMr, NewQp, QpAttr,
-        QpAttrMask, QpEvent, QpEvents, QpInitAttr, QpQuery, QpRef, Recovery, RecvWrs, RocePort,
-        SendWrs, StatDesc, UContextInit, UData, Umem, UserMrRequest, WcSink,
+        DebugfsParam, Destroyed, DeviceAttr, DriverId, FwVersion, MmioWindow, Mtu, NewCq, NewMr,
+        NewQp, QpAttr, QpAttrMask, QpEvent, QpEvents, QpInitAttr, QpQuery, QpRef, Recovery,
+        RecvWrs, RocePort, SendWrs, StatDesc, UContextInit, UData, Umem, UserMrRequest, WcSink,
     },
     irq::IrqReturn,
     new_mutex, new_spinlock_irq,
@@ -697,6 +697,18 @@ impl infiniband::Driver for FerrdmaIb {
     const UVERBS_ABI_VER: u32 = 5;
 
     const PORT_COUNTERS: &'static [StatDesc] = &crate::counters::PORT_COUNTERS;
+
+    const DEBUGFS_DIR: &'static CStr = c_str!("ferrdma");
+    const DEBUGFS_PARAMS: &'static [DebugfsParam] = &crate::cc_params::PARAMS;
+
+    fn read_param(data: &IbData<'_>, index: usize) -> Result<u32> {
+        data.admin(&crate::cc_params::query_cmd(crate::cc_params::id(index)?))
+    }
+
+    fn write_param(data: &IbData<'_>, index: usize, value: u32) -> Result {
+        let cmd = crate::cc_params::set_cmd(crate::cc_params::id(index)?, value);
+        data.admin(&cmd).map(|_| ())
+    }
 
     fn port_counters(data: &IbData<'_>, _port: u32, values: &mut [u64]) -> Result {
         let c = data.query_port_counters()?;

@@ -59,7 +59,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///    ([`MAX_QP`], [`MAX_CQ`], [`MAX_MR`]) and [`DB_PAGES`] (`Caps` reports each).
 /// 8: link-level flow control: the port obeys PFC and PAUSE frames and counts them
 ///    ([`PortCounters::pfc_frames_rx`]).
-pub const VERSION_MINOR: u16 = 8;
+/// 9: the congestion control parameters are the driver's to read and change too
+///    ([`admin_op::QUERY_CC`], [`admin_op::SET_CC`], [`cc_param`]).
+pub const VERSION_MINOR: u16 = 9;
 
 /// `ID` (RO): always [`DEVICE_ID_MAGIC`].
 pub const REG_ID: usize = 0x000;
@@ -517,6 +519,11 @@ pub mod admin_op {
     pub const MCAST_ATTACH: u8 = 0x15;
     /// [`super::McastCmd`]: detaches a QP from a group; the last QP out ends the group.
     pub const MCAST_DETACH: u8 = 0x16;
+    /// [`super::QueryObject`] with a [`super::cc_param`] id: the completion's `result` is the
+    /// parameter's value (since 1.9).
+    pub const QUERY_CC: u8 = 0x17;
+    /// [`super::SetCc`]: changes one congestion control parameter (since 1.9).
+    pub const SET_CC: u8 = 0x18;
 }
 
 /// Admin completion status codes ([`AdminCompletion::status`]).
@@ -1206,6 +1213,68 @@ wire_struct! {
         pub rsvd2: [u8; 32],
         /// Reserved, 0.
         pub rsvd3: [u8; 16],
+    }
+}
+
+/// The congestion control parameters of QUERY_CC and SET_CC (manual "Congestion control"),
+/// named as mlx5's `cc_params`. One set per function, shared with the host that runs the
+/// device (its command line and control socket): the last writer wins, and an engine reset
+/// keeps them.
+pub mod cc_param {
+    /// Send RoCEv2 as ECT(0) and answer Congestion Experienced with CNPs (0 or 1).
+    pub const ECN_ENABLE: u32 = 0;
+    /// Run DCQCN's reaction point on received CNPs (0 or 1).
+    pub const DCQCN_ENABLE: u32 = 1;
+    /// Least time between two CNPs of one QP, microseconds (at most 1000000).
+    pub const NP_MIN_TIME_BETWEEN_CNPS: u32 = 2;
+    /// DSCP of the CNPs sent (0..=63).
+    pub const NP_CNP_DSCP: u32 = 3;
+    /// DCQCN rate increase timer, microseconds.
+    pub const RP_TIME_RESET: u32 = 4;
+    /// DCQCN rate increase byte counter, bytes.
+    pub const RP_BYTE_RESET: u32 = 5;
+    /// Fast recovery steps before additive increase.
+    pub const RP_THRESHOLD: u32 = 6;
+    /// Additive increase step, Mb/s.
+    pub const RP_AI_RATE: u32 = 7;
+    /// Hyper increase step, Mb/s.
+    pub const RP_HAI_RATE: u32 = 8;
+    /// The lowest rate a cut reaches, Mb/s.
+    pub const RP_MIN_RATE: u32 = 9;
+    /// Least time between two rate cuts, microseconds.
+    pub const RP_RATE_REDUCE_MONITOR_PERIOD: u32 = 10;
+    /// The share of alpha an update keeps, 1/1024 units (1..=1023; g = 1 - this / 1024).
+    pub const RP_DCE_TCP_G: u32 = 11;
+    /// alpha's update period, microseconds.
+    pub const RP_DCE_TCP_RTT: u32 = 12;
+    /// alpha at the first CNP, 1/1024 units.
+    pub const RP_INITIAL_ALPHA_VALUE: u32 = 13;
+    /// The port's line rate, Mb/s: the rate limiter's ceiling. Read only (the host's link).
+    pub const LINE_RATE_MBPS: u32 = 14;
+    /// Parameters there are; ids from here on are refused ([`super::admin_status::INVALID`]).
+    pub const COUNT: u32 = 15;
+}
+
+wire_struct! {
+    /// SET_CC: one congestion control parameter. The device checks the new set as a whole
+    /// (the ranges of the manual) and refuses it with [`admin_status::INVALID`] (`detail`
+    /// the offset of `value`), leaving the set as it was; an unknown or read-only `param` is
+    /// refused likewise (`detail` its offset).
+    pub struct SetCc [128] {
+        /// Header.
+        pub hdr: AdminHeader,
+        /// A [`cc_param`] id.
+        pub param: u32,
+        /// Its new value.
+        pub value: u32,
+        /// Reserved, 0.
+        pub rsvd: [u8; 24],
+        /// Reserved, 0.
+        pub rsvd1: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd2: [u8; 32],
+        /// Reserved, 0.
+        pub rsvd3: [u8; 24],
     }
 }
 

@@ -230,8 +230,11 @@ impl control::Apply for HubControl {
                     }
                     return Ok(lines);
                 };
-                let cfg = knob.get().with_spec(spec).map_err(|e| e.to_string())?;
-                knob.set(cfg).map_err(|e| e.to_string())?;
+                // Under the knob's lock: the guest's driver may change other parameters
+                // (SET_CC) at the same time.
+                let cfg = knob
+                    .update(|c| c.with_spec(spec))
+                    .map_err(|e| e.to_string())?;
                 log::info!("control: nic:{nic} congestion control {}", cfg.spec());
                 return Ok(vec![format!("nic:{nic} {}", knob.get().spec())]);
             }

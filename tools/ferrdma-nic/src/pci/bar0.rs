@@ -329,7 +329,7 @@ mod tests {
         let mut r = Rig::new();
         assert_eq!(r.r32(REG_ID), DEVICE_ID_MAGIC);
         assert_eq!(r.r32(REG_ID), 0x4652_444d);
-        assert_eq!(r.r32(REG_VERSION), 0x0001_0008);
+        assert_eq!(r.r32(REG_VERSION), 0x0001_0009);
         assert_eq!(r.r32(REG_VERSION) >> 16, u32::from(VERSION_MAJOR));
         assert_eq!(r.r32(REG_MSIX_COUNT), MSIX_VECTORS);
         // Read-only: writes are ignored.
@@ -338,7 +338,7 @@ mod tests {
         r.w32(REG_MSIX_COUNT, 0);
         r.w32(REG_TEST_STATUS, 5);
         assert_eq!(r.r32(REG_ID), DEVICE_ID_MAGIC);
-        assert_eq!(r.r32(REG_VERSION), 0x0001_0008);
+        assert_eq!(r.r32(REG_VERSION), 0x0001_0009);
         assert_eq!(r.r32(REG_MSIX_COUNT), MSIX_VECTORS);
         assert_eq!(r.status(), Some(TestStatus::Ok));
         // Byte-wise reads see the little-endian image: "MDRF".

@@ -6,7 +6,7 @@ use std::mem::offset_of;
 use crate::interface::{
     admin_op, admin_status as st, ae, eqe_kind, gid_is_multicast, mtu_bytes, qp_attr, qp_state,
     stag_index, AdminHeader, AllocMr, CreateAh, CreateCq, CreateEq, CreateQp, GidCmd, McastCmd,
-    ModifyCq, ModifyQp, PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetPort, Stats,
+    ModifyCq, ModifyQp, PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetCc, SetPort, Stats,
     ADMIN_CMD_SIZE, AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE,
     EQ_KIND_AEQ, EQ_KIND_CEQ, LINK_UP, MAX_CQ_ENTRIES, MAX_EQ_ENTRIES, MAX_EQ_MODERATION_US,
     MAX_FAST_REG_PAGES, MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC,
@@ -16,6 +16,7 @@ use crate::interface::{
     QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
 };
 
+use super::congestion::ParamError;
 use super::cq::Cq;
 use super::eq::Eq;
 use super::mcast::McastError;
@@ -119,6 +120,12 @@ impl Engine {
                 let slot = self.ahs.get_mut(id as usize).ok_or(err(st::BAD_ID, at))?;
                 slot.take().map(|_| 0).ok_or(err(st::NOT_FOUND, at))
             }
+            admin_op::QUERY_CC => {
+                let id = QueryObject::decode(cmd).id;
+                self.cc_param(id)
+                    .ok_or(err(st::INVALID, offset_of!(QueryObject, id)))
+            }
+            admin_op::SET_CC => self.set_cc_command(&SetCc::decode(cmd)),
             admin_op::MCAST_ATTACH => self.mcast_attach(&McastCmd::decode(cmd)),
             admin_op::MCAST_DETACH => {
                 let c = McastCmd::decode(cmd);
@@ -128,6 +135,17 @@ impl Engine {
                     .map_err(|_| err(st::NOT_FOUND, offset_of!(McastCmd, gid)))
             }
             _ => Err(err(st::BAD_OPCODE, 0)),
+        }
+    }
+
+    fn set_cc_command(&mut self, c: &SetCc) -> CmdResult {
+        match self.set_cc_param(c.param, c.value) {
+            Ok(cfg) => {
+                log::debug!("congestion control set by the driver: {}", cfg.spec());
+                Ok(0)
+            }
+            Err(ParamError::Param) => Err(err(st::INVALID, offset_of!(SetCc, param))),
+            Err(ParamError::Value) => Err(err(st::INVALID, offset_of!(SetCc, value))),
         }
     }
 

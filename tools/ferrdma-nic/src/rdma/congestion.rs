@@ -11,15 +11,16 @@
 //! * With `dcqcn` on, a CNP for an RC or UD QP cuts its rate; the requester paces the QP's
 //!   packets (requests and READ responses; a UD QP's SENDs wait in its SQ) at that rate,
 //!   and the limiter's timers bring it back. Without it a CNP is counted as ignored.
-//! Both are host settings of the NIC (command line, control socket), kept across resets of
-//! the engine like the other host knobs: a guest cannot switch them.
+//! The settings are the NIC's (command line, control socket) and its driver's (QUERY_CC,
+//! SET_CC: the guest's debugfs `cc_params`) alike, the last writer winning; resets of the
+//! engine keep them like the other host knobs. The line rate is the host's alone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
 
-use crate::interface::{QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN, QP_TYPE_RC, QP_TYPE_UD};
+use crate::interface::{cc_param, QpAttrs, AV_FLAG_IPV4, AV_FLAG_VLAN, QP_TYPE_RC, QP_TYPE_UD};
 use crate::wire::ecn::Ecn;
 use crate::wire::opcode as op;
 use crate::wire::Headers;
@@ -98,6 +99,15 @@ pub enum CcError {
         value: String,
         what: &'static str,
     },
+}
+
+/// Why SET_CC refused a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ParamError {
+    #[error("no such writable congestion control parameter")]
+    Param,
+    #[error("the value is out of range")]
+    Value,
 }
 
 /// The keys [`CcConfig::with_spec`] takes.
@@ -197,6 +207,60 @@ impl CcConfig {
         )
     }
 
+    /// Parameter `id` ([`cc_param`]) as QUERY_CC reports it; `None` for an unknown id.
+    pub fn param(&self, id: u32) -> Option<u32> {
+        let (np, rp) = (&self.np, &self.rp);
+        Some(match id {
+            cc_param::ECN_ENABLE => u32::from(self.ecn),
+            cc_param::DCQCN_ENABLE => u32::from(self.dcqcn),
+            cc_param::NP_MIN_TIME_BETWEEN_CNPS => np.min_time_between_cnps,
+            cc_param::NP_CNP_DSCP => u32::from(np.cnp_dscp),
+            cc_param::RP_TIME_RESET => rp.rpg_time_reset,
+            cc_param::RP_BYTE_RESET => rp.rpg_byte_reset,
+            cc_param::RP_THRESHOLD => rp.rpg_threshold,
+            cc_param::RP_AI_RATE => rp.rpg_ai_rate,
+            cc_param::RP_HAI_RATE => rp.rpg_hai_rate,
+            cc_param::RP_MIN_RATE => rp.rpg_min_rate,
+            cc_param::RP_RATE_REDUCE_MONITOR_PERIOD => rp.rate_reduce_monitor_period,
+            cc_param::RP_DCE_TCP_G => rp.dce_tcp_g,
+            cc_param::RP_DCE_TCP_RTT => rp.dce_tcp_rtt,
+            cc_param::RP_INITIAL_ALPHA_VALUE => rp.initial_alpha_value,
+            cc_param::LINE_RATE_MBPS => self.line_mbps,
+            _ => return None,
+        })
+    }
+
+    /// This configuration with parameter `id` set to `value` (SET_CC), validated as a whole.
+    /// The line rate is the host's (its link), not the guest's: it is refused as read-only.
+    pub fn with_param(&self, id: u32, value: u32) -> Result<CcConfig, ParamError> {
+        let mut c = *self;
+        let switch = |v: u32| match v {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(ParamError::Value),
+        };
+        let (np, rp) = (&mut c.np, &mut c.rp);
+        match id {
+            cc_param::ECN_ENABLE => c.ecn = switch(value)?,
+            cc_param::DCQCN_ENABLE => c.dcqcn = switch(value)?,
+            cc_param::NP_MIN_TIME_BETWEEN_CNPS => np.min_time_between_cnps = value,
+            cc_param::NP_CNP_DSCP => np.cnp_dscp = u8::try_from(value).unwrap_or(u8::MAX),
+            cc_param::RP_TIME_RESET => rp.rpg_time_reset = value,
+            cc_param::RP_BYTE_RESET => rp.rpg_byte_reset = value,
+            cc_param::RP_THRESHOLD => rp.rpg_threshold = value,
+            cc_param::RP_AI_RATE => rp.rpg_ai_rate = value,
+            cc_param::RP_HAI_RATE => rp.rpg_hai_rate = value,
+            cc_param::RP_MIN_RATE => rp.rpg_min_rate = value,
+            cc_param::RP_RATE_REDUCE_MONITOR_PERIOD => rp.rate_reduce_monitor_period = value,
+            cc_param::RP_DCE_TCP_G => rp.dce_tcp_g = value,
+            cc_param::RP_DCE_TCP_RTT => rp.dce_tcp_rtt = value,
+            cc_param::RP_INITIAL_ALPHA_VALUE => rp.initial_alpha_value = value,
+            _ => return Err(ParamError::Param),
+        }
+        c.validate().map_err(|_| ParamError::Value)?;
+        Ok(c)
+    }
+
     fn line_bps(&self) -> u64 {
         u64::from(self.line_mbps) * 1_000_000
     }
@@ -283,6 +347,19 @@ impl CcKnob {
         *self.cfg.lock().unwrap_or_else(PoisonError::into_inner) = cfg;
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// Changes the settings by `f` under the knob's lock (no other writer between the read
+    /// and the write), publishing what it returns; `f`'s error leaves them as they were.
+    pub fn update<E>(
+        &self,
+        f: impl FnOnce(&CcConfig) -> Result<CcConfig, E>,
+    ) -> Result<CcConfig, E> {
+        let mut cfg = self.cfg.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = f(&cfg)?;
+        *cfg = new;
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(new)
     }
 
     /// The settings now.
@@ -402,6 +479,19 @@ impl Engine {
         self.cc_knob.set(cc)?;
         self.take_host_cc();
         Ok(())
+    }
+
+    /// The settings as the knob holds them now (a host's change the engine has yet to take
+    /// included): what QUERY_CC reports.
+    pub fn cc_param(&self, id: u32) -> Option<u32> {
+        self.cc_knob.get().param(id)
+    }
+
+    /// SET_CC: parameter `id` = `value`, validated with the rest, in effect at once.
+    pub fn set_cc_param(&mut self, id: u32, value: u32) -> Result<CcConfig, ParamError> {
+        let cfg = self.cc_knob.update(|c| c.with_param(id, value))?;
+        self.take_host_cc();
+        Ok(cfg)
     }
 
     /// Shares the host's settings knob with this engine (the fabric's control socket sets

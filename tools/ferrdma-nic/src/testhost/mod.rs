@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 mod admin_tests;
+mod cc_param_tests;
 mod cm_path_tests;
 mod cq_resize_tests;
 mod datapath_tests;

@@ -8,8 +8,9 @@
 # inline, unaligned and page-crossing offsets, 3 QPs at once, poisoned targets and every
 # completion field checked. Node 2 serves first (SEND and WRITE data flow node 1 -> node 2,
 # READ data node 2 -> node 1), then node 1 serves (the other way round).
-# Then ECN end to end (issue 18): both NICs with ECN and DCQCN on (the fabric's control
-# socket, cc nic:N) and the fabric marking 5% of the frames to node 2's NIC Congestion
+# Then ECN end to end (issue 18): both NICs with ECN and DCQCN on, switched by each guest in
+# its driver's debugfs cc_params (hostile writes refused with EINVAL first; the host's
+# cc nic:N shows the guests' values) and the fabric marking 5% of the frames to node 2's NIC Congestion
 # Experienced (fault nic:1 ce=0.05): every byte still arrives, node 2's NIC counts the marks
 # and answers with CNPs, node 1's NIC takes them into DCQCN (both seen in hw_counters).
 # Then congestion of the fabric's own: the frames to node 2's NIC go through a link model
@@ -65,7 +66,36 @@ cc_run() {
 	note "$name: deltas of ${cc_names[*]}: here $mine, on the peer $(IFS=,; echo "${CC_PEER[*]}")"
 }
 
-[ "$FERRDMA_NODE" = 2 ] || ctl "cc nic:0 ecn=on,dcqcn=on" "cc nic:1 ecn=on,dcqcn=on" "fault nic:1 ce=0.05"
+# ECN and DCQCN are switched on by each guest for its own NIC, through the driver's debugfs
+# cc_params (QUERY_CC/SET_CC): the CE run below shows the engines took them; the host sees them.
+cc=/sys/kernel/debug/ferrdma/$(basename "$(readlink -f /sys/class/infiniband/ferrdma0/device)")/cc_params
+[ -d "$cc" ] || { ls -R /sys/kernel/debug/ferrdma >&2 || true; fail "no $cc"; }
+cc_read() { cat "$cc/$1" || fail "reading $cc/$1 failed"; }
+[ "$(cc_read line_rate_mbps)" = 100000 ] || fail "line_rate_mbps reads $(cc_read line_rate_mbps), not the host's 100000"
+[ "$(cc_read ecn_enable),$(cc_read dcqcn_enable),$(cc_read rp_dce_tcp_g)" = 0,0,1020 ] ||
+	fail "cc_params do not show the host's defaults (ecn off, dcqcn off, dce_tcp_g 1020)"
+# Refused, each with EINVAL, changing nothing: out of range, not a number, read only.
+for bad in np_cnp_dscp=64 ecn_enable=2 rp_dce_tcp_g=1024 rp_min_rate=0 rp_ai_rate=-1 \
+	rp_ai_rate=0x10 rp_ai_rate=4294967296 line_rate_mbps=5; do
+	err=$( (echo "${bad#*=}" > "$cc/${bad%%=*}") 2>&1) && fail "writing $bad succeeded"
+	[[ "$err" == *"Invalid argument"* ]] || fail "writing $bad: '$err', not EINVAL"
+done
+[ "$(cc_read np_cnp_dscp),$(cc_read rp_ai_rate),$(cc_read line_rate_mbps)" = 48,40,100000 ] ||
+	fail "refused writes changed the values"
+echo 1 > "$cc/ecn_enable" && echo 1 > "$cc/dcqcn_enable" && echo $((40 + FERRDMA_NODE)) > "$cc/rp_ai_rate" ||
+	fail "writing cc_params failed"
+[ "$(cc_read ecn_enable),$(cc_read dcqcn_enable),$(cc_read rp_ai_rate)" = "1,1,$((40 + FERRDMA_NODE))" ] ||
+	fail "cc_params do not read back what was written"
+barrier cc-params-set 60
+if [ "$FERRDMA_NODE" = 1 ]; then
+	for n in 0 1; do
+		fabric_ctl "cc nic:$n" > /tmp/cc-settings.log || fail "fabric_ctl cc nic:$n failed"
+		grep -qE "^nic:$n ecn=on,dcqcn=on,.*,rpg_ai_rate=$((41 + n))," /tmp/cc-settings.log ||
+			{ cat /tmp/cc-settings.log; fail "the host does not see node $((n + 1))'s cc_params"; }
+	done
+	note "cc_params: both guests switched ECN and DCQCN on; the host sees it; 8 hostile writes refused"
+	ctl "fault nic:1 ce=0.05"
+fi
 barrier ce-on 60
 cc_run ce-to-node2 -q 1 -s 4097,65537,1048577
 if [ "$FERRDMA_NODE" = 1 ]; then
