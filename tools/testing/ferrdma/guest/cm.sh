@@ -376,6 +376,19 @@ cm_wait_exit() {
 	return "$rc"
 }
 
+# cm_dump_stuck PID: where a tool that should have ended waits, for the failure report: each
+# thread's kernel wait channel and stack, and the verbs objects that are left.
+cm_dump_stuck() {
+	local t
+	for t in /proc/"$1"/task/*; do
+		echo "thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): wchan $(cat "$t/wchan" 2>/dev/null), state $(awk '/^State/ { print $2 }' "$t/status" 2>/dev/null)"
+		sed 's/^/    /' "$t/stack" 2>/dev/null || true
+	done
+	rdma res show qp 2>&1 | sed 's/^/    /'
+	rdma res show cq 2>&1 | sed 's/^/    /'
+	rdma res show cm_id 2>&1 | sed 's/^/    /'
+}
+
 # cm_kill NAME PID WHY: SIGKILL to a tool and reap it.
 cm_kill() {
 	note "$1: kill -9 $2 ($3)"
@@ -479,7 +492,11 @@ cm_interrupted() {
 			cm_kill "$name" "$pid" "still waiting $((SECONDS - t0))s after $event (idle, it cannot notice; see above)"
 			rc=killed
 		fi
-		[ "$rc" != 124 ] || { tail -20 "$log" >&2; fail "$name: rping still runs $((SECONDS - t0))s after $event"; }
+		[ "$rc" != 124 ] || {
+			tail -20 "$log" >&2
+			cm_dump_stuck "$pid" >&2
+			fail "$name: rping still runs $((SECONDS - t0))s after $event"
+		}
 		note "$name: rping ended $((SECONDS - t0))s after $event, status $rc: $(grep -vE 'ping data' "$log" | tr '\n' ' ')"
 		# A side that ended on its own must say why: rping's "DISCONNECT EVENT", a failed
 		# completion, another error, or "wait for ... state 10|11" (its DISCONNECTED and ERROR
