@@ -109,7 +109,9 @@ else
 fi
 
 step "done in $(( $(date +%s) - t0 ))s; logs in $out"
-# The VM suite's own split (ferrdma's tests vs upstream kernel KUnit cases) and its retries.
-[ "${vm_ran:-0}" = 1 ] && grep -E "^# (retries: |ferrdma's own tests: )" "$out/vm-suite.log" | tail -2
+# The VM suite's closing comments (after its plan line): its retries, the recap of its failed
+# tests with their reasons, and its own split (ferrdma's tests vs upstream kernel KUnit cases),
+# again here, where a reader of only the end of the output looks.
+[ "${vm_ran:-0}" = 1 ] && awk '/^1\.\.[0-9]+$/ { plan = 1; next } plan && /^# /' "$out/vm-suite.log"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

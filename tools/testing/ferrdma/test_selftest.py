@@ -227,6 +227,23 @@ class RetryTest(unittest.TestCase):
         ])
         self.assertEqual(vmharness.retries(""), [])
 
+    def test_failures_are_recapped_with_their_reasons(self):
+        diags = ["vm1: the script exited with status 1", "vm1: --- last 20 lines:"]
+        diags += [f"vm1: | line {i}" for i in range(30)]
+        diags += ["vm1: | FAIL: kill-client-v4: rping still runs 60s after kill-client"]
+        recap = vmharness.failure_recap([("cm-failures-ferrdma", diags), ("kasan-lane", [])])
+        self.assertEqual(recap[0], "failed, again (the full diagnostics are at each 'not ok'): 2")
+        self.assertEqual(recap[1:5], ["  cm-failures-ferrdma",
+                                      "    vm1: the script exited with status 1",
+                                      "    vm1: --- last 20 lines:",
+                                      "    vm1: | line 0"])
+        self.assertEqual(recap[5], "    vm1: | FAIL: kill-client-v4: rping still runs 60s after kill-client")
+        self.assertEqual(recap[6:], ["  kasan-lane"])
+        self.assertEqual(vmharness.failure_recap([]), [])
+        many = vmharness.failure_recap([("t", [f"FAIL {i}" for i in range(40)])])
+        self.assertEqual(len(many), 2 + vmharness.RECAP_LINES + 1)
+        self.assertEqual(many[-1], "    ... (40 diagnostic lines in all)")
+
     def test_lib_sh_prints_what_the_harness_reads(self):
         here = os.path.dirname(os.path.abspath(__file__))
         out = subprocess.run(

@@ -1252,6 +1252,31 @@ def _stop_all(qemus: list[Child | None], nics: list[Child | None],
 RETRY_PREFIX = "ferrdma-retry: "
 
 
+# How much of a failed test's diagnostics the recap at the end of a run repeats.
+RECAP_HEAD = 3
+RECAP_LINES = 12
+
+
+def failure_recap(failures: list[tuple[str, list[str]]]) -> list[str]:
+    """The failed tests again, for the end of a run, where a reader of a long log (or of only
+    its tail, as CI shows it) looks: per test its name and the first RECAP_HEAD diagnostic
+    lines, then the lines that say why ("FAIL", "timed out", "splat", "KASAN", "error"), at
+    most RECAP_LINES in all; the full diagnostics stay where the test reported."""
+    if not failures:
+        return []
+    lines = [f"failed, again (the full diagnostics are at each 'not ok'): {len(failures)}"]
+    why = ("FAIL", "timed out", "timeout", "splat", "KASAN", "error", "Error")
+    for name, diags in failures:
+        picked = [d for d in diags[:RECAP_HEAD]]
+        picked += [d for d in diags[RECAP_HEAD:] if any(w in d for w in why)]
+        shown = picked[:RECAP_LINES]
+        lines.append(f"  {name}")
+        lines += [f"    {d}".rstrip() for d in shown]
+        if len(picked) > len(shown) or (not picked and diags):
+            lines.append(f"    ... ({len(diags)} diagnostic lines in all)")
+    return lines
+
+
 def retries(output: str) -> list[str]:
     """The retries a script's output announces, each as "PART: CAUSE", in order."""
     return [line[len(RETRY_PREFIX):].strip() for line in output.splitlines()
