@@ -143,7 +143,9 @@ pub trait Driver: Sized + Send + Sync + 'static {
     const DEBUGFS_DIR: &'static CStr = c"infiniband";
 
     /// The device's tunable parameters, each a file in debugfs (see [`debugfs`]). With none
-    /// (the default), the device has no debugfs directory.
+    /// (the default), the device has no debugfs directory. The parameters of one group must
+    /// be next to each other: a group's directory is made at its first parameter, and a
+    /// group that comes back later would collide with it (its files would not be made).
     const DEBUGFS_PARAMS: &'static [DebugfsParam] = &[];
 
     /// Reads parameter `index` of [`Driver::DEBUGFS_PARAMS`]. Process context, may sleep.

@@ -1267,12 +1267,11 @@ def failure_recap(failures: list[tuple[str, list[str]]]) -> list[str]:
     lines = [f"failed, again (the full diagnostics are at each 'not ok'): {len(failures)}"]
     why = ("FAIL", "timed out", "timeout", "splat", "KASAN", "error", "Error")
     for name, diags in failures:
-        picked = [d for d in diags[:RECAP_HEAD]]
-        picked += [d for d in diags[RECAP_HEAD:] if any(w in d for w in why)]
+        picked = diags[:RECAP_HEAD] + [d for d in diags[RECAP_HEAD:] if any(w in d for w in why)]
         shown = picked[:RECAP_LINES]
         lines.append(f"  {name}")
         lines += [f"    {d}".rstrip() for d in shown]
-        if len(picked) > len(shown) or (not picked and diags):
+        if len(picked) > len(shown):
             lines.append(f"    ... ({len(diags)} diagnostic lines in all)")
     return lines
 
