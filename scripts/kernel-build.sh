@@ -74,7 +74,8 @@ if [ "$(cat "$build/.ferrdma-config-key" 2>/dev/null)" != "$ckey" ] || [ ! -f "$
 	log "kernel: configuring $build (allnoconfig + kvm_guest.config + ${fragments[*]})"
 	"${mk[@]}" -s allnoconfig >/dev/null
 	"${mk[@]}" -s kvm_guest.config "${fragments[@]}" >/dev/null
-	# Every option of our fragment must have survived Kconfig's dependency resolution.
+	# Every option of our fragments must have survived Kconfig's dependency resolution; where
+	# a later fragment sets an option again (a variant turning something off), its value counts.
 	bad=0
 	while IFS= read -r line; do
 		case "$line" in
@@ -87,7 +88,13 @@ if [ "$(cat "$build/.ferrdma-config-key" 2>/dev/null)" != "$ckey" ] || [ ! -f "$
 		"# CONFIG_"*" is not set") sym=${line#\# }; sym=${sym%% *}
 			grep -qx "$sym=[ym]" "$build/.config" && { echo "kernel config: $sym should be off" >&2; bad=1; } ;;
 		esac
-	done < <(cd "$src/kernel/configs" && cat "${fragments[@]}")
+	done < <(cd "$src/kernel/configs" && cat "${fragments[@]}" | awk '
+		match($0, /^(# )?CONFIG_[A-Za-z0-9_]+/) {
+			sym = substr($0, RSTART, RLENGTH); sub(/^# /, "", sym)
+			if (!(sym in line)) order[++n] = sym
+			line[sym] = $0
+		}
+		END { for (i = 1; i <= n; i++) print line[order[i]] }')
 	[ "$bad" = 0 ] || die "kernel config fragment did not apply (see above); is Rust available? try: make -C $tree O=$build LLVM=-19 rustavailable"
 	echo "$ckey" > "$build/.ferrdma-config-key"
 fi
@@ -115,4 +122,10 @@ if [ "$rc" != 0 ]; then
 	tail -20 "$build/build.log" >&2
 	die "kernel build failed (full log: $build/build.log)"
 fi
+# 5. The modules installed with their modules.dep in $build/modroot, for modprobe in the guest
+#    (guest/lib.sh modprobe_from_build: the ULP tests load chains of modules, and the kernel's
+#    own request_module, e.g. for crypto algorithms, needs modprobe to find them).
+rm -rf "$build/modroot"
+"${mk[@]}" -s modules_install INSTALL_MOD_PATH="$build/modroot" >> "$build/build.log" 2>&1 \
+	|| die "modules_install failed (full log: $build/build.log)"
 log "kernel: built in $(( $(date +%s) - start ))s"

@@ -32,6 +32,7 @@ mmdebstrap --variant=apt --mode=root --components=main \
 	--include="$include" \
 	--customize-hook='chroot "$1" sh -c "command -v qemu-system-x86_64 >/dev/null"' \
 	--customize-hook='mkdir -p "$1/ferrdma"' \
+	--customize-hook='mkdir -p "$1/usr/lib/modules"' \
 	trixie "$root.tmp" \
 	"deb $mirror trixie main" \
 	"deb $mirror trixie-backports main" >&2 \
