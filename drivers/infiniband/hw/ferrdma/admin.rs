@@ -12,7 +12,7 @@ use kernel::{
     io::{io_read, io_write, Io},
     prelude::*,
     sync::barrier::{dma_mb, Read},
-    time::{delay::udelay, Delta},
+    time::{delay::udelay, Delta, Instant, Monotonic},
 };
 
 /// Entries in each admin ring.
@@ -187,7 +187,12 @@ impl AdminQueue {
         bar.write_reg(regs::AQ_TAIL::zeroed().with_value(self.pos.tail));
 
         let flags_qword = slot * CPL_QWORDS + 1;
-        let mut waited_us = 0i64;
+        // The deadline is read from the clock, not counted in polls: under TCG on a loaded
+        // host a udelay() can return far sooner than asked (its calibration from boot no
+        // longer holds), and 500,000 polls of "2 µs" once ended in 0.1 s, killing the queue
+        // while the device was answering.
+        let start = Instant::<Monotonic>::now();
+        let timeout = Delta::from_millis(i64::from(hw::ADMIN_TIMEOUT_MS));
         loop {
             let hi: u64 = io_read!(self.cpls, [try: flags_qword]);
             if completion_ready((hi >> 48) as u16, phase) {
@@ -208,12 +213,11 @@ impl AdminQueue {
                 status_to_error(cpl.status)?;
                 return Ok(cpl.result);
             }
-            if waited_us >= i64::from(hw::ADMIN_TIMEOUT_MS) * 1000 {
+            if start.elapsed() >= timeout {
                 self.die("a command timed out");
                 return Err(EIO);
             }
             udelay(Delta::from_micros(POLL_US));
-            waited_us += POLL_US;
         }
     }
 
