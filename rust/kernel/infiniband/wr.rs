@@ -12,9 +12,10 @@ use super::{ah::AhObject, device::Device, mr::mr_data, qp::qp_data, Access, Driv
 use crate::{bindings, ffi::c_int, prelude::*};
 use core::marker::PhantomData;
 
-/// A scatter/gather element (`struct ib_sge`).
+/// A scatter/gather element (`struct ib_sge`), copied out of the consumer's list.
 ///
 /// For a request posted without [`SendWr::inline`], `addr` is a DMA address under `lkey`.
+#[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct Sge(bindings::ib_sge);
 
@@ -35,21 +36,69 @@ impl Sge {
     }
 }
 
+/// The scatter/gather list of a work request.
+///
+/// Consumers need not align it: ib_iser's receive descriptors are `__packed` structs with the
+/// `ib_sge` inside, so its `sg_list` pointers are odd. Borrowing the list as a `&[Sge]` was
+/// undefined behaviour there (Rust's precondition check panicked in the first iSER login);
+/// each element is read with an unaligned load instead.
+///
+/// # Invariants
+///
+/// If `len > 0`, `ptr` points to `len` initialised `ib_sge`, at any alignment, that stay valid
+/// and unchanged for `'a`.
+#[derive(Clone, Copy)]
+pub struct SgeList<'a> {
+    ptr: *const bindings::ib_sge,
+    len: usize,
+    _p: PhantomData<&'a bindings::ib_sge>,
+}
+
+impl<'a> SgeList<'a> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the list has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i`, if there is one.
+    pub fn get(&self, i: usize) -> Option<Sge> {
+        if i >= self.len {
+            return None;
+        }
+        // SAFETY: `i < len`, so by the type invariant `ptr + i` is a readable `ib_sge` for
+        // `'a`; `read_unaligned` allows any alignment.
+        Some(Sge(unsafe { self.ptr.add(i).read_unaligned() }))
+    }
+
+    /// The elements, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Sge> + 'a {
+        let list = *self;
+        (0..list.len).filter_map(move |i| list.get(i))
+    }
+}
+
 /// Borrows `num` SGEs at `list`.
 ///
 /// # Safety
 ///
-/// `list` points to `num` initialised `ib_sge` that stay valid for `'a` (the post call).
-unsafe fn sges<'a>(list: *const bindings::ib_sge, num: c_int) -> Result<&'a [Sge]> {
+/// If `num > 0`, `list` is null or points to `num` initialised `ib_sge` (at any alignment)
+/// that stay valid for `'a` (the post call).
+unsafe fn sges<'a>(list: *const bindings::ib_sge, num: c_int) -> Result<SgeList<'a>> {
     let n = usize::try_from(num).map_err(|_| EINVAL)?;
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if list.is_null() {
+    if n > 0 && list.is_null() {
         return Err(EINVAL);
     }
-    // SAFETY: Guaranteed by the caller; `Sge` is a transparent `ib_sge`.
-    Ok(unsafe { core::slice::from_raw_parts(list.cast::<Sge>(), n) })
+    // INVARIANT: `n == 0`, or `list` is non-null and then valid for `n` elements (caller).
+    Ok(SgeList {
+        ptr: list,
+        len: n,
+        _p: PhantomData,
+    })
 }
 
 /// What a send work request does.
@@ -117,7 +166,7 @@ pub struct SendWr<'a, T: Driver> {
     /// The operation.
     pub op: SendOp,
     /// Data (local side).
-    pub sges: &'a [Sge],
+    pub sges: SgeList<'a>,
     /// A completion is wanted (`IB_SEND_SIGNALED`).
     pub signaled: bool,
     /// The responder should raise a solicited event (`IB_SEND_SOLICITED`).
@@ -307,7 +356,7 @@ pub struct RecvWr<'a> {
     /// Consumer's identifier (or `wr_cqe` pointer).
     pub wr_id: u64,
     /// Buffers.
-    pub sges: &'a [Sge],
+    pub sges: SgeList<'a>,
 }
 
 /// The receive requests of one `post_recv` call.
@@ -404,5 +453,51 @@ pub(crate) unsafe extern "C" fn post_recv<T: Driver>(
             }
             e.to_errno()
         }
+    }
+}
+
+#[macros::kunit_tests(rust_infiniband_wr)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unaligned_sge_list_is_read_whole() {
+        // Two elements one byte into a buffer, as in ib_iser's packed descriptors.
+        let want = [
+            (0x1122_3344_5566_7788u64, 4096u32, 0xabcd_u32),
+            (0x99, 1, 2),
+        ];
+        let mut buf = [0u8; 2 * core::mem::size_of::<bindings::ib_sge>() + 8];
+        let p = buf.as_mut_ptr().wrapping_add(1).cast::<bindings::ib_sge>();
+        for (i, &(addr, length, lkey)) in want.iter().enumerate() {
+            // SAFETY: `buf` has room for both elements after its first byte.
+            unsafe {
+                p.add(i)
+                    .write_unaligned(bindings::ib_sge { addr, length, lkey })
+            };
+        }
+        // SAFETY: `p` points to two initialised elements in `buf`, which outlives the list.
+        let list = match unsafe { sges(p, 2) } {
+            Ok(l) => l,
+            Err(_) => panic!("a list of two elements was refused"),
+        };
+        assert_eq!(list.len(), 2);
+        let mut n = 0;
+        for (s, &(addr, length, lkey)) in list.iter().zip(want.iter()) {
+            assert_eq!((s.addr(), s.length(), s.lkey()), (addr, length, lkey));
+            n += 1;
+        }
+        assert_eq!(n, 2);
+        assert!(list.get(2).is_none());
+    }
+
+    #[test]
+    fn empty_null_and_negative_lists() {
+        // SAFETY: nothing is read from a list of no elements.
+        assert!(matches!(unsafe { sges(core::ptr::null(), 0) }, Ok(l) if l.is_empty()));
+        // SAFETY: a null list of elements is refused before anything is read.
+        assert!(unsafe { sges(core::ptr::null(), 1) }.is_err());
+        // SAFETY: as above, for a negative count.
+        assert!(unsafe { sges(core::ptr::null(), -1) }.is_err());
     }
 }
