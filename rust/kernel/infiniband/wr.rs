@@ -228,10 +228,12 @@ impl<'a, T: Driver> SendWrs<'a, T> {
     ///
     /// # Safety
     ///
-    /// `wr` is a valid request of a QP of driver `T` (datagram type iff `ud`) for `'a`.
+    /// `wr` is a valid request of a QP of driver `T` (datagram type iff `ud`) for `'a`, at any
+    /// alignment: ib_isert chains its RDMA requests to an `ib_send_wr` inside a `__packed`
+    /// descriptor, so the request and its container are copied out with unaligned loads.
     unsafe fn decode(wr: *const bindings::ib_send_wr, ud: bool) -> Result<SendWr<'a, T>> {
         // SAFETY: Guaranteed by the caller.
-        let w = unsafe { &*wr };
+        let w = unsafe { wr.read_unaligned() };
         let flags = w.send_flags;
         // SAFETY: The list and count come from the consumer's request.
         let sges = unsafe { sges(w.sg_list, w.num_sge) }?;
@@ -259,7 +261,7 @@ impl<'a, T: Driver> SendWrs<'a, T> {
             },
             bindings::ib_wr_opcode_IB_WR_REG_MR if !ud => {
                 // SAFETY: REG_MR is posted as `ib_reg_wr`, whose first member is `wr`.
-                let r = unsafe { &*wr.cast::<bindings::ib_reg_wr>() };
+                let r = unsafe { wr.cast::<bindings::ib_reg_wr>().read_unaligned() };
                 if r.mr.is_null() {
                     return Err(EINVAL);
                 }
@@ -283,7 +285,7 @@ impl<'a, T: Driver> SendWrs<'a, T> {
                 if !ud =>
             {
                 // SAFETY: RDMA opcodes are posted as `ib_rdma_wr`, whose first member is `wr`.
-                let r = unsafe { &*wr.cast::<bindings::ib_rdma_wr>() };
+                let r = unsafe { wr.cast::<bindings::ib_rdma_wr>().read_unaligned() };
                 match op {
                     bindings::ib_wr_opcode_IB_WR_RDMA_READ => SendOp::RdmaRead {
                         remote_addr: r.remote_addr,
@@ -305,7 +307,7 @@ impl<'a, T: Driver> SendWrs<'a, T> {
         };
         let dest = if ud {
             // SAFETY: Requests to datagram QPs are `ib_ud_wr`, whose first member is `wr`.
-            let u = unsafe { &*wr.cast::<bindings::ib_ud_wr>() };
+            let u = unsafe { wr.cast::<bindings::ib_ud_wr>().read_unaligned() };
             if u.ah.is_null() {
                 return Err(EINVAL);
             }
@@ -344,8 +346,9 @@ impl<'a, T: Driver> Iterator for SendWrs<'a, T> {
         }
         let wr = self.next;
         self.last = wr;
-        // SAFETY: Every request of the list is valid for the call (`post_send` contract).
-        self.next = unsafe { (*wr).next };
+        // SAFETY: Every request of the list is valid for the call (`post_send` contract), at
+        // any alignment (see `decode`).
+        self.next = unsafe { wr.read_unaligned() }.next;
         // SAFETY: As above; `ud` was derived from the QP's type.
         Some(unsafe { Self::decode(wr, self.ud) })
     }
@@ -375,8 +378,9 @@ impl<'a> Iterator for RecvWrs<'a> {
         }
         let wr = self.next;
         self.last = wr;
-        // SAFETY: Every request of the list is valid for the call (`post_recv` contract).
-        let w = unsafe { &*wr };
+        // SAFETY: Every request of the list is valid for the call (`post_recv` contract), at
+        // any alignment (consumers embed requests in `__packed` descriptors).
+        let w = unsafe { wr.read_unaligned() };
         self.next = w.next;
         // SAFETY: As above.
         let decoded = unsafe { sges(w.sg_list, w.num_sge) }.map(|sges| RecvWr {
