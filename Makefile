@@ -10,8 +10,9 @@
 #   make fuzz-uverbs   the uverbs fuzzer, long: FUZZ_COMMANDS (1000000) with FUZZ_SEED (fresh)
 #   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #   make check-kasan   the driver-heavy VM tests on the KASAN kernel (~20 min)
-#   make check-long    the long suites, outside make check's budget (~4 min: two fabrics
-#                      in two network namespaces joined by a bridge, and by a VXLAN)
+#   make check-long    the long suites, outside make check's budget (~20 min: two fabrics
+#                      in two network namespaces joined by a bridge, and by a VXLAN; the
+#                      kernel ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs)
 #
 # Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
 # $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
@@ -99,7 +100,8 @@ check-vm: kernel kernel-kasan nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests
 
 # The long suites (issue 20; not in check, for its time budget): fabrics in two network
-# namespaces joined by host networking (split-fabric-*, ~4 min on 2 cores).
+# namespaces joined by host networking (split-fabric-*, ~4 min on 2 cores) and the kernel
+# ULPs between two VMs (ulp-*-ferrdma, 130-260 s each).
 check-long: kernel nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests --long
 
