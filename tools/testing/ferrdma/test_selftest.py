@@ -938,6 +938,32 @@ class TsharkCheckTest(unittest.TestCase):
                         problems)
 
 
+class PcapOpcodesTest(unittest.TestCase):
+    """missing_opcodes reads the opcode census of ferrdma-nic --check-pcap: an operation is
+    there when any of its opcodes has a frame, missing otherwise; the config refuses
+    required operations without a checked capture and unknown names."""
+
+    CENSUS = ("roce 52:54:00:fe:10:01 -> 52:54:00:fe:10:02: 10 frames (IPv4 10, IPv6 0)\n"
+              "opcodes 0x04:3 0x0c:2 0x10:2 0x11:4 0x17:1\n"
+              "total 12 frames: 12 RoCEv2 (0 bad), 0 other\n")
+
+    def test_census(self):
+        self.assertEqual(vmharness.missing_opcodes(self.CENSUS, ("send", "read", "send-inv")), [])
+        self.assertEqual(vmharness.missing_opcodes(self.CENSUS, ("write", "read", "atomic")),
+                         ["write", "atomic"])
+        self.assertEqual(vmharness.missing_opcodes("total 0 frames\n", ("send",)), ["send"])
+        self.assertEqual(vmharness.missing_opcodes(self.CENSUS.replace("0x17:1", "0x16:5"),
+                                                   ("send-inv",)), [])
+
+    def test_config(self):
+        for cfg, why in ((vmharness.Config(script=__file__, pcap_opcodes=("read",)), "need check_pcap"),
+                         (vmharness.Config(script=__file__, check_pcap=True, pcap_opcodes=("rd",)),
+                          "unknown operations")):
+            with self.assertRaises(vmharness.HarnessError) as e:
+                vmharness.run(cfg)
+            self.assertIn(why, str(e.exception))
+
+
 class HangReportTest(unittest.TestCase):
     """guest/init's hang_report names every thread that the script's process group runs (here
     a sleep under a shell that leads its own group, as timeout(1) does) with its state, and the

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import ktap
 import splat
@@ -372,6 +372,9 @@ class Config:
     # must pass the NIC's parser and ICRC check and, with two VMs, RoCEv2 frames must have
     # gone both ways between the nodes' MACs (needs the fabric).
     check_pcap: bool = False
+    # With check_pcap: operations (PCAP_OPCODES' names) of which the capture must hold at least
+    # one RoCEv2 frame, e.g. ("send-inv",) for a ULP that answers with Send With Invalidate.
+    pcap_opcodes: tuple[str, ...] = ()
     # Bytes kept of each frame in fabric.pcap when the capture is not checked: every header
     # but little payload, so that long runs do not write gigabytes (a full two-VM perftest
     # run captured 2.4 GB). Checked captures keep whole frames (the ICRC needs them).
@@ -836,6 +839,28 @@ ROCE_DIRECTION = re.compile(r"^roce ([0-9a-f:]{17}) -> ([0-9a-f:]{17}): (\d+) fr
 
 
 PCAP_TOTAL = re.compile(r"^total \d+ frames: (\d+) RoCEv2")
+PCAP_OPCODE_COUNTS = re.compile(r"^opcodes (.*)$")
+# The operations a test can require on the wire (Config.pcap_opcodes): their RC BTH opcodes.
+PCAP_OPCODES = {
+    "send": (0x00, 0x01, 0x02, 0x03, 0x04, 0x05),
+    "send-inv": (0x16, 0x17),
+    "write": (0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b),
+    "read": (0x0c,),
+    "atomic": (0x13, 0x14),
+}
+
+
+def missing_opcodes(check_output: str, wanted: Iterable[str]) -> list[str]:
+    """Of the operations `wanted` (PCAP_OPCODES' names), those without a single frame in the
+    opcode census (the "opcodes 0xNN:count ..." line) of `ferrdma-nic --check-pcap`'s output."""
+    seen: dict[int, int] = {}
+    for line in check_output.splitlines():
+        m = PCAP_OPCODE_COUNTS.match(line)
+        if m:
+            for item in m.group(1).split():
+                op, _, n = item.partition(":")
+                seen[int(op, 16)] = seen.get(int(op, 16), 0) + int(n)
+    return [w for w in wanted if not any(seen.get(op, 0) for op in PCAP_OPCODES[w])]
 # Wireshark's finding on UDP checksum 0 over IPv6. Linux rxe sends RoCEv2 that way (RFC 6935
 # allows a zero checksum for tunnel protocols); the NIC accepts it, so it is not a defect.
 ZERO_UDP6_CHECKSUM = "Illegal checksum value (0)"
@@ -903,11 +928,13 @@ def tshark_check(pcap: str, roce: int, logdir: str,
     return problems
 
 
-def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None]) -> list[str]:
+def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None],
+               opcodes: Iterable[str] = ()) -> list[str]:
     """Runs `nic --check-pcap <logdir>/fabric.pcap` (output in <logdir>/pcap-check.log):
     every RoCEv2 frame must parse and pass the ICRC check; then tshark must agree
     (tshark_check); with two VMs, RoCEv2 frames must have gone both ways between node 1's
-    and node 2's MAC. Returns the problems found."""
+    and node 2's MAC; each operation of `opcodes` must be on the wire. Returns the problems
+    found."""
     import subprocess
     pcap = os.path.join(logdir, "fabric.pcap")
     out_path = os.path.join(logdir, "pcap-check.log")
@@ -936,6 +963,9 @@ def check_pcap(nic: str, logdir: str, vms: int, progress: Callable[[str], None])
             if not seen.get((node_mac(a), node_mac(b))):
                 problems.append(f"the capture has no RoCEv2 frame from node {a} to node {b} "
                                 f"(see {out_path})")
+    for op in missing_opcodes(p.stdout, opcodes):
+        problems.append(f"the capture has no {op} frame (BTH opcodes "
+                        f"{', '.join(f'{o:#04x}' for o in PCAP_OPCODES[op])}; see {out_path})")
     return problems
 
 
@@ -1000,6 +1030,11 @@ def run(cfg: Config) -> RunResult:
         raise HarnessError(f"--vms {cfg.vms}: only 1 or 2 VMs are supported")
     if cfg.rxe_lan and not cfg.fabric:
         raise HarnessError("a second LAN for rxe (rxe_lan) needs the fabric (FERRDMA_FABRIC=1)")
+    if cfg.pcap_opcodes and not cfg.check_pcap:
+        raise HarnessError("operations required on the wire (pcap_opcodes) need check_pcap")
+    unknown = [op for op in cfg.pcap_opcodes if op not in PCAP_OPCODES]
+    if unknown:
+        raise HarnessError(f"unknown operations {unknown} (known: {sorted(PCAP_OPCODES)})")
     if not in_sysroot():
         raise HarnessError("the VM harness must run inside the ferrdma sysroot "
                            "(scripts/in-sysroot.sh)")
@@ -1203,7 +1238,8 @@ def run(cfg: Config) -> RunResult:
     wall = time.monotonic() - start
     drain(final=True)
     if cfg.check_pcap and fabric is not None:
-        run_problems += check_pcap(cfg.nic or default_nic(), logdir, cfg.vms, progress)
+        run_problems += check_pcap(cfg.nic or default_nic(), logdir, cfg.vms, progress,
+                                   cfg.pcap_opcodes)
 
     for i, vm in enumerate(results):
         q, nic = qemus[i], nics[i]
