@@ -37,7 +37,7 @@ wait_rocev2_gid() {
 	done
 	ip addr show eth0 >&2 || true
 	rdma link show >&2 || true
-	fail "$dev has no RoCE v2 IPv4-mapped GID after ${secs}s"
+	fail "$dev has no RoCE v2 IPv4-mapped GID after ${2:-30}s"
 }
 
 # rdma_dev_up KIND: brings up the device of KIND and sets EVENTS_DEV to its name.
