@@ -93,6 +93,20 @@ def kverbs_module_dir(kbuild: str) -> str:
     return p.stdout.strip() if p.returncode == 0 else ""
 
 
+def progs_dir() -> str:
+    """The verbs test programs' directory, as `progs/build.sh --dir` finds it ("" if they are
+    not built). Found here, on the host, like kverbs_module_dir: in the guest, test_progs_dir's
+    build.sh --dir hashes the sources and runs cc --version, ~3.8 s of TCG time a call."""
+    if not in_sysroot():
+        return ""
+    try:
+        p = subprocess.run([os.path.join(HARNESS_DIR, "progs", "build.sh"), "--dir"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return p.stdout.strip() if p.returncode == 0 else ""
+
+
 def _kernel_build(variant: str) -> str:
     """scripts/kernel.sh's build tree; VARIANT "kasan" the KASAN lane's (build-kasan)."""
     return os.path.join(cache_dir(), "kernel/build" + (f"-{variant}" if variant else ""))
@@ -1061,6 +1075,7 @@ def run(cfg: Config) -> RunResult:
     _prepare_logdir(logdir, cfg.vms)
     script_timeout = guest_script_timeout(cfg.timeout) if cfg.guest_timeout else 0
     kverbs_dir = kverbs_module_dir(kernel_build_dir(cfg.kernel))
+    progs = progs_dir()
     for node in range(1, cfg.vms + 1):
         share = os.path.join(logdir, f"vm{node}")
         shutil.copyfile(cfg.script, os.path.join(share, "script"))
@@ -1079,6 +1094,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_HAVE_NIC": "1" if has_nic(cfg, node) else "0",
             "FERRDMA_ACCEL": cfg.accel,
             "FERRDMA_KVERBS_DIR": kverbs_dir,
+            "FERRDMA_PROGS_DIR": progs,
         }
         with open(os.path.join(share, "job"), "w") as f:
             f.write(job_file_text(env, cfg.args, script_timeout))

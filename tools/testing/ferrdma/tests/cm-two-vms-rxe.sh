@@ -4,7 +4,7 @@
 #
 # The RDMA CM end to end between two VMs on soft RoCE (rxe0 on each eth0), as a baseline for
 # ferrdma: rping, ucmatose, udaddy over IPv4 and IPv6, rdma_server/rdma_client, riostream,
-# ib_write_bw -R, ib_send_lat -R and cmtime with 1000 connections over IPv4 (the baseline of
+# ib_write_bw -R, ib_send_lat -R and cmtime with 200 connections over IPv4 (the baseline of
 # the connection setup rate), node 1 serving (guest/cm.sh: cm_two_vms).
 . "$FERRDMA_HARNESS/guest/cm.sh"
 cm_two_vms rxe
