@@ -101,7 +101,7 @@ check-vm: kernel kernel-kasan nic progs kmod
 
 # The long suites (issue 20; not in check, for its time budget): fabrics in two network
 # namespaces joined by host networking (split-fabric-*, ~4 min on 2 cores) and the kernel
-# ULPs between two VMs (ulp-*-ferrdma, 130-260 s each).
+# ULPs between two VMs (ulp-*-ferrdma, 130-290 s each).
 check-long: kernel nic progs kmod
 	@scripts/in-sysroot.sh /ferrdma/src/tools/testing/ferrdma/run-tests --long
 
