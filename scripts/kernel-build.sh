@@ -123,7 +123,7 @@ if [ "$rc" != 0 ]; then
 	die "kernel build failed (full log: $build/build.log)"
 fi
 # 5. The modules installed with their modules.dep in $build/modroot, for modprobe in the guest
-#    (guest/lib.sh modprobe_from_build: the ULP tests load chains of modules, and the kernel's
+#    (guest/ulp.sh ulp_modprobe: the ULP tests load chains of modules, and the kernel's
 #    own request_module, e.g. for crypto algorithms, needs modprobe to find them).
 rm -rf "$build/modroot"
 "${mk[@]}" -s modules_install INSTALL_MOD_PATH="$build/modroot" >> "$build/build.log" 2>&1 \

@@ -77,34 +77,33 @@ def cache_dir() -> str:
         "/ferrdma/cache" if os.path.isdir("/ferrdma/cache") else "/var/cache/ferrdma")
 
 
+def _built_dir(tool: str, env: dict[str, str] | None = None) -> str:
+    """What `TOOL/build.sh --dir` prints: the directory of what it built for these sources
+    ("" outside the sysroot, or if it fails: not built)."""
+    if not in_sysroot():
+        return ""
+    try:
+        p = subprocess.run([os.path.join(HARNESS_DIR, tool, "build.sh"), "--dir"],
+                           env={**os.environ, **(env or {})},
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return p.stdout.strip() if p.returncode == 0 else ""
+
+
 def kverbs_module_dir(kbuild: str) -> str:
     """The kernel-verbs test module's directory for the kernel build KBUILD, as `kmod/build.sh
     --dir` finds it ("" if it is not built or KBUILD is not a build tree). Found here, on the
     host: the guest's own build.sh --dir hashes the build's Module.symvers and runs clang
     --version, 20-60 s under TCG."""
-    if not kbuild or not in_sysroot():
-        return ""
-    try:
-        p = subprocess.run([os.path.join(HARNESS_DIR, "kmod", "build.sh"), "--dir"],
-                           env={**os.environ, "FERRDMA_KBUILD": kbuild},
-                           capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return p.stdout.strip() if p.returncode == 0 else ""
+    return _built_dir("kmod", {"FERRDMA_KBUILD": kbuild}) if kbuild else ""
 
 
 def progs_dir() -> str:
     """The verbs test programs' directory, as `progs/build.sh --dir` finds it ("" if they are
     not built). Found here, on the host, like kverbs_module_dir: in the guest, test_progs_dir's
     build.sh --dir hashes the sources and runs cc --version, ~3.8 s of TCG time a call."""
-    if not in_sysroot():
-        return ""
-    try:
-        p = subprocess.run([os.path.join(HARNESS_DIR, "progs", "build.sh"), "--dir"],
-                           capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return p.stdout.strip() if p.returncode == 0 else ""
+    return _built_dir("progs")
 
 
 def _kernel_build(variant: str) -> str:

@@ -60,6 +60,9 @@ sys.stdout.buffer.write(random.Random(sys.argv[1] + "/" + sys.argv[2]).randbytes
 # The sizes written each way: inline sends, a page, chunked transfers, several MiB.
 ULP_SIZES=(200 4096 65536 1048576 8388608)
 
+# The NIC's RDMA operation counters at ulp_counter_snapshot, by name.
+declare -A ULP_COUNTERS
+
 # ulp_counter_snapshot: remembers the NIC's RDMA operation counters (ferrdma only).
 ulp_counter_snapshot() {
 	local c
@@ -69,7 +72,6 @@ ulp_counter_snapshot() {
 		ULP_COUNTERS[$c]=$(hw_counter "$c")
 	done
 }
-declare -A ULP_COUNTERS
 
 # ulp_expect_ops WHAT COUNTER...: each counter (e.g. OutRdmaReads) must have grown since
 # ulp_counter_snapshot: the protocol used that operation. On rxe only noted.
@@ -309,6 +311,13 @@ lio_backstore() {
 	echo "$b"
 }
 
+# lio_backstore_down BACKSTORE FILE: removes what lio_backstore made, and FILE.
+lio_backstore_down() {
+	echo 0 > "$1/enable" 2>/dev/null || true
+	rmdir "$1" "$LIO/core/fileio_0" || fail "cannot remove the backstore"
+	rm -f "$2"
+}
+
 # lio_lun TPG BACKSTORE INITIATOR: LUN 0 of TPG on BACKSTORE, mapped for the ACL INITIATOR.
 lio_lun() {
 	local tpg=$1 b=$2 acl=$1/acls/$3
@@ -369,9 +378,7 @@ srp_server() {
 	lio_lun_down "$tpg" "$b" "$acl"
 	# The fabric's own directory holds a reference to ib_srpt until it goes too.
 	rmdir "$tpg" "$LIO/srpt/$port" "$LIO/srpt" || fail "cannot remove the ib_srpt port"
-	echo 0 > "$b/enable" 2>/dev/null || true
-	rmdir "$b" "$LIO/core/fileio_0" || fail "cannot remove the backstore"
-	rm -f "$SRP_BACKING"
+	lio_backstore_down "$b" "$SRP_BACKING"
 }
 
 srp_client() {
@@ -436,9 +443,7 @@ iser_server() {
 	rmdir "$np" || fail "cannot remove $np"
 	lio_lun_down "$tpg" "$b" "$ISER_INITIATOR"
 	rmdir "$tpg" "$LIO/iscsi/$ISER_IQN" "$LIO/iscsi" || fail "cannot remove the iSCSI target"
-	echo 0 > "$b/enable" 2>/dev/null || true
-	rmdir "$b" "$LIO/core/fileio_0" || fail "cannot remove the backstore"
-	rm -f "$ISER_BACKING"
+	lio_backstore_down "$b" "$ISER_BACKING"
 }
 
 # iser_known_dma_debug: fails unless every warning since the target's I/O began is the known
