@@ -216,6 +216,12 @@ impl Device {
         self.bar0.set_mac(mac);
     }
 
+    /// Provisions the NIC's object tables (`--resources`), kept across resets; before the
+    /// guest sees the device.
+    pub fn set_resources(&mut self, r: crate::rdma::resources::Resources) {
+        self.engine.set_resources(r);
+    }
+
     /// Answers QUERY_CAPS from `plan` (`--hostile-caps`, test only), across resets.
     pub fn set_caps_plan(&mut self, plan: Option<std::sync::Arc<crate::rdma::caps::CapsPlan>>) {
         self.engine.set_caps_plan(plan);

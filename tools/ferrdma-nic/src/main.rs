@@ -18,7 +18,10 @@ use ferrdma_nic::fabric::queue::frame_queue;
 use ferrdma_nic::fabric::{pcap, pcapcheck};
 use ferrdma_nic::rdma::caps::CapsPlan;
 use ferrdma_nic::rdma::congestion::CcConfig;
-use ferrdma_nic::vfio::socket::{bind, serve, Clients, FabricLink, ServeError, SocketFile};
+use ferrdma_nic::rdma::resources::Resources;
+use ferrdma_nic::vfio::socket::{
+    bind, serve, Clients, FabricLink, Provision, ServeError, SocketFile,
+};
 
 /// The ferrdma emulated RoCEv2 NIC, served to QEMU over vfio-user.
 #[derive(Debug, Parser)]
@@ -90,6 +93,12 @@ struct Cli {
     /// device). The device keeps enforcing its real limits. Example: oversized,impossible,nominal
     #[arg(long, value_name = "PROFILE[,PROFILE...]", value_parser = parse_caps_plan)]
     hostile_caps: Option<String>,
+
+    /// The object counts every NIC is provisioned with, reported in QUERY_CAPS and enforced
+    /// (as an E810's RDMA resource profile): nominal (the manual's limits: 16,384 QPs and CQs,
+    /// 65,536 MRs) or small (1024 QPs and CQs, 4096 MRs and PDs, 256 AHs).
+    #[arg(long, value_name = "PROFILE", default_value = "nominal")]
+    resources: Resources,
 
     /// Congestion control of every NIC (the control socket's `cc nic:N` changes one at run
     /// time): KEY=VALUE,... with keys ecn and dcqcn (on|off, default off), line-mbps (the
@@ -320,11 +329,14 @@ fn main() -> ExitCode {
     for (i, ((listener, file), link)) in bound.into_iter().zip(links).enumerate() {
         let tx = tx.clone();
         let mac = macs.get(i).copied().unwrap_or_else(|| default_mac(i));
-        let caps = cli
-            .hostile_caps
-            .as_deref()
-            .and_then(|s| CapsPlan::parse(s).ok())
-            .map(Arc::new);
+        let provision = Provision {
+            resources: cli.resources,
+            caps: cli
+                .hostile_caps
+                .as_deref()
+                .and_then(|s| CapsPlan::parse(s).ok())
+                .map(Arc::new),
+        };
         let clients = if cli.replug {
             Clients::UntilStopped
         } else {
@@ -333,7 +345,7 @@ fn main() -> ExitCode {
         let spawned = std::thread::Builder::new()
             .name(format!("nic{i}"))
             .spawn(move || {
-                let r = serve(listener, &file, mac, link, caps, clients);
+                let r = serve(listener, &file, mac, link, provision, clients);
                 let _ = tx.send(Event::Done(i, r));
             });
         if let Err(e) = spawned {

@@ -9,11 +9,11 @@ use crate::interface::{
     ModifyCq, ModifyQp, PageList, QpAttrs, QpQueryOut, QueryObject, RegMr, SetCc, SetPort, Stats,
     ADMIN_CMD_SIZE, AV_FLAG_IPV4, AV_FLAG_VLAN, CQE_SIZE, DB_PAGES, DB_SQ_QP_MASK, EQE_SIZE,
     EQ_KIND_AEQ, EQ_KIND_CEQ, LINK_UP, MAX_CQ_ENTRIES, MAX_EQ_ENTRIES, MAX_EQ_MODERATION_US,
-    MAX_FAST_REG_PAGES, MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_PD, MAX_QP, MAX_RD_ATOMIC,
-    MAX_RQ_QUANTA, MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ,
-    MODIFY_CQ_RESIZE, MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS,
-    QP_ACCESS_REMOTE_ATOMIC, QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL,
-    QP_FLAG_PRIVILEGED, QP_TYPE_GSI, QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
+    MAX_FAST_REG_PAGES, MAX_GID, MAX_MR_SIZE, MAX_PBL_PAGES, MAX_QP, MAX_RD_ATOMIC, MAX_RQ_QUANTA,
+    MAX_SQ_QUANTA, MIN_CQ_ENTRIES, MIN_EQ_ENTRIES, MIN_WQ_QUANTA, MODIFY_CQ_EQ, MODIFY_CQ_RESIZE,
+    MODIFY_QP_RQ_FLUSH, MODIFY_QP_SQ_FLUSH, MR_ACCESS_ALL, MSIX_VECTORS, QP_ACCESS_REMOTE_ATOMIC,
+    QP_ACCESS_REMOTE_READ, QP_ACCESS_REMOTE_WRITE, QP_FLAG_ALL, QP_FLAG_PRIVILEGED, QP_TYPE_GSI,
+    QP_TYPE_RC, QP_TYPE_UD, QUANTUM, STATS_CLEAR,
 };
 
 use super::congestion::ParamError;
@@ -168,14 +168,15 @@ impl Engine {
     }
 
     fn query_caps(&mut self, env: &Env<'_>, q: &QueryObject) -> CmdResult {
-        let caps = match &self.caps_plan {
-            Some(plan) => {
-                let (profile, caps) = plan.next_reply();
-                log::warn!("QUERY_CAPS: answering with the {profile:?} profile (--hostile-caps)");
-                caps
+        let mut caps = super::caps::nominal();
+        self.resources.report(&mut caps);
+        if let Some(plan) = &self.caps_plan {
+            let (profile, hostile) = plan.next_reply();
+            log::warn!("QUERY_CAPS: answering with the {profile:?} profile (--hostile-caps)");
+            if profile != super::caps::CapsProfile::Nominal {
+                caps = hostile;
             }
-            None => super::caps::nominal(),
-        };
+        }
         write_out(env, q, &caps.encode())?;
         Ok(0)
     }
@@ -368,7 +369,11 @@ impl Engine {
             st::INVALID,
             ty,
         )?;
-        check(c.pd < MAX_PD, st::INVALID, offset_of!(CreateQp, pd))?;
+        check(
+            c.pd < self.resources.max_pd,
+            st::INVALID,
+            offset_of!(CreateQp, pd),
+        )?;
         self.cq_exists(c.send_cq, offset_of!(CreateQp, send_cq))?;
         self.cq_exists(c.recv_cq, offset_of!(CreateQp, recv_cq))?;
         check(c.rq_shift <= 3, st::INVALID, offset_of!(CreateQp, rq_shift))?;
@@ -684,11 +689,15 @@ impl Engine {
 
     fn reg_mr(&mut self, env: &Env<'_>, c: &RegMr) -> CmdResult {
         let s = offset_of!(RegMr, stag);
-        check(super::mr::MrTable::in_range(c.stag), st::BAD_ID, s)?;
+        check(self.mrs.in_range(c.stag), st::BAD_ID, s)?;
         // Index 0 is the local DMA STag's: never a registered MR.
         check(stag_index(c.stag) != 0, st::INVALID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
-        check(c.pd < MAX_PD, st::INVALID, offset_of!(RegMr, pd))?;
+        check(
+            c.pd < self.resources.max_pd,
+            st::INVALID,
+            offset_of!(RegMr, pd),
+        )?;
         check(
             c.access & !MR_ACCESS_ALL == 0,
             st::INVALID,
@@ -743,10 +752,14 @@ impl Engine {
     /// ALLOC_MR: an invalid fast-registration MR whose maximum page count is reserved now.
     fn alloc_mr(&mut self, c: &AllocMr) -> CmdResult {
         let s = offset_of!(AllocMr, stag);
-        check(super::mr::MrTable::in_range(c.stag), st::BAD_ID, s)?;
+        check(self.mrs.in_range(c.stag), st::BAD_ID, s)?;
         check(stag_index(c.stag) != 0, st::INVALID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
-        check(c.pd < MAX_PD, st::INVALID, offset_of!(AllocMr, pd))?;
+        check(
+            c.pd < self.resources.max_pd,
+            st::INVALID,
+            offset_of!(AllocMr, pd),
+        )?;
         let max_at = offset_of!(AllocMr, max_pages);
         check(
             (1..=MAX_FAST_REG_PAGES).contains(&c.max_pages),
@@ -818,7 +831,11 @@ impl Engine {
         let id = offset_of!(CreateAh, ah_id);
         let slot = self.ahs.get(c.ah_id as usize).ok_or(err(st::BAD_ID, id))?;
         check(slot.is_none(), st::EXISTS, id)?;
-        check(c.pd < MAX_PD, st::INVALID, offset_of!(CreateAh, pd))?;
+        check(
+            c.pd < self.resources.max_pd,
+            st::INVALID,
+            offset_of!(CreateAh, pd),
+        )?;
         self.check_av(&c.attrs, offset_of!(CreateAh, attrs))?;
         if let Some(s) = self.ahs.get_mut(c.ah_id as usize) {
             *s = Some(Ah {

@@ -22,6 +22,7 @@ mod path;
 pub mod pause;
 pub mod qp;
 mod requester;
+pub mod resources;
 mod responder;
 pub mod ring;
 pub mod sabotage;
@@ -40,8 +41,8 @@ use crate::dma::GuestMemory;
 use crate::interface::{
     eqe_kind, Eqe, PortCounters, QpAttrs, Stats, DB_BAR_SIZE, DB_CQ_ARM_OFFSET, DB_PAGE_SIZE,
     DB_SQ_OFFSET, DB_SQ_QP_MASK, DEV_CTRL_RESET, DEV_STATUS_FATAL, DEV_STATUS_READY, EQ_KIND_AEQ,
-    FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_AH, MAX_CQ, MAX_EQ, MAX_GID, MAX_QP, REG_DEV_CTRL,
-    REG_DEV_STATUS, REG_EQ_DOORBELL, REG_FEATURES,
+    FEATURE_DOORBELL_BAR, FEATURE_RDMA, MAX_EQ, MAX_GID, REG_DEV_CTRL, REG_DEV_STATUS,
+    REG_EQ_DOORBELL, REG_FEATURES,
 };
 use crate::pci::msix::InterruptSink;
 
@@ -115,6 +116,8 @@ pub struct Engine {
     /// `--hostile-caps`: the QUERY_CAPS replies (test only; `None`: the real limits). Kept
     /// across engine resets.
     caps_plan: Option<Arc<caps::CapsPlan>>,
+    /// The object counts this NIC is provisioned with (`--resources`), a host setting.
+    resources: resources::Resources,
     /// The host's test-only WRITE corruption knob (`sabotage.rs`); off unless armed.
     sabotage: Arc<sabotage::Sabotage>,
     /// Congestion control (`congestion.rs`), a host setting kept across resets: the
@@ -137,14 +140,19 @@ fn table<T>(n: u32) -> Vec<Option<T>> {
 impl Engine {
     /// The reset state: no objects, admin queue disabled, link down.
     pub fn new() -> Self {
+        Self::with_resources(resources::Resources::NOMINAL)
+    }
+
+    /// The reset state of a NIC provisioned with `r`.
+    pub fn with_resources(r: resources::Resources) -> Self {
         Self {
             aq: AdminQueue::default(),
             fatal: false,
             eqs: table(MAX_EQ),
-            cqs: Table::new(MAX_CQ),
-            qps: Table::new(MAX_QP),
-            mrs: MrTable::new(),
-            ahs: table(MAX_AH),
+            cqs: Table::new(r.max_cq),
+            qps: Table::new(r.max_qp),
+            mrs: MrTable::new(r.max_mr),
+            ahs: table(r.max_ah),
             gids: table(MAX_GID),
             mcast: McastTable::default(),
             rnr_waiting: BTreeSet::new(),
@@ -159,6 +167,7 @@ impl Engine {
             tx_pause: pause::TxPause::default(),
             ip_id: 0,
             caps_plan: None,
+            resources: r,
             sabotage: Arc::default(),
             cc: congestion::CcConfig::default(),
             cc_knob: Arc::default(),
@@ -167,15 +176,21 @@ impl Engine {
     }
 
     /// Returns the engine to its reset state but keeps the host's knobs (`--hostile-caps`,
-    /// the WRITE sabotage, congestion control): they are not guest state.
+    /// `--resources`, the WRITE sabotage, congestion control): they are not guest state.
     pub fn reset_keeping_host_knobs(&mut self) {
         let plan = self.caps_plan.take();
         let sabotage = std::mem::take(&mut self.sabotage);
         let (cc, cc_knob, cc_generation) = (self.cc, Arc::clone(&self.cc_knob), self.cc_generation);
-        *self = Self::new();
+        *self = Self::with_resources(self.resources);
         self.caps_plan = plan;
         self.sabotage = sabotage;
         (self.cc, self.cc_knob, self.cc_generation) = (cc, cc_knob, cc_generation);
+    }
+
+    /// Provisions the NIC with `r` (`--resources`): a reset, for the tables take its sizes.
+    pub fn set_resources(&mut self, r: resources::Resources) {
+        self.resources = r;
+        self.reset_keeping_host_knobs();
     }
 
     /// Answers QUERY_CAPS from `plan` from now on (`--hostile-caps`, test only).

@@ -146,7 +146,7 @@ pub struct MrTable {
 
 impl Default for MrTable {
     fn default() -> Self {
-        Self::new()
+        Self::new(MAX_MR)
     }
 }
 
@@ -154,10 +154,10 @@ impl Default for MrTable {
 pub const MAX_TOTAL_PAGES: usize = 4 << 20;
 
 impl MrTable {
-    /// An empty table of [`MAX_MR`] slots.
-    pub fn new() -> Self {
+    /// An empty table of `n` slots (at most [`MAX_MR`]).
+    pub fn new(n: u32) -> Self {
         Self {
-            slots: (0..MAX_MR).map(|_| None).collect(),
+            slots: (0..n.min(MAX_MR)).map(|_| None).collect(),
             total_pages: 0,
         }
     }
@@ -168,8 +168,8 @@ impl MrTable {
     }
 
     /// Whether `stag`'s index is inside the table.
-    pub fn in_range(stag: u32) -> bool {
-        stag_index(stag) < MAX_MR
+    pub fn in_range(&self, stag: u32) -> bool {
+        (stag_index(stag) as usize) < self.slots.len()
     }
 
     /// Installs `mr` at `stag`'s index (the caller checked that it is free).
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn translation_and_checks() {
-        let mut t = MrTable::new();
+        let mut t = MrTable::new(MAX_MR);
         let stag = (5 << 8) | 0x12;
         t.insert(stag, mr(MR_ACCESS_LOCAL_WRITE));
         // Offset 0x800 into page 0; 0x1000 bytes spans pages 0 and 1 (adjacent: merged).
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn zero_based() {
-        let mut t = MrTable::new();
+        let mut t = MrTable::new(MAX_MR);
         t.insert(0x112, mr(MR_ACCESS_ZERO_BASED));
         assert_eq!(
             t.translate(0x112, 3, 0, 0x10, Need::LocalRead),

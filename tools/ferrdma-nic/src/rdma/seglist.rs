@@ -252,6 +252,7 @@ impl MrRange {
 mod tests {
     use super::*;
     use crate::dma::DmaError;
+    use crate::interface::MAX_MR;
     use std::cell::RefCell;
 
     struct Mem(RefCell<Vec<u8>>);
@@ -302,7 +303,7 @@ mod tests {
         use crate::interface::MR_ACCESS_LOCAL_WRITE;
         use crate::rdma::mr::Mr;
         let mem = Mem(RefCell::new(vec![0u8; 0x400]));
-        let mut mrs = MrTable::new();
+        let mut mrs = MrTable::new(MAX_MR);
         // One MR, iova 0x1000.., 0x100-byte pages scattered in memory (reversed).
         let stag = (3 << 8) | 0x44;
         mrs.insert(
@@ -367,7 +368,7 @@ mod tests {
     fn local_dma_stag_is_identity_for_privileged_ranges_only() {
         use crate::interface::LOCAL_DMA_STAG;
         let mem = Mem(RefCell::new(vec![0u8; 0x400]));
-        let mrs = MrTable::new();
+        let mrs = MrTable::new(MAX_MR);
         let piece = |va, len| Piece {
             stag: LOCAL_DMA_STAG,
             va,

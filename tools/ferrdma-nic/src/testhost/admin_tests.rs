@@ -65,6 +65,65 @@ fn hostile_caps_plan_answers_query_caps_in_order_across_resets() {
     assert_eq!(h.caps(), crate::rdma::caps::nominal());
 }
 
+/// `--resources small`: QUERY_CAPS reports the profile and the device refuses every id
+/// beyond it, across resets, while ids inside it work.
+#[test]
+fn a_small_resource_profile_is_reported_and_enforced() {
+    use crate::rdma::resources::Resources;
+    let mut h = Host::new();
+    h.dev().set_resources(Resources::SMALL);
+    h.restart();
+    let c = h.caps();
+    assert_eq!(
+        (c.max_qp, c.max_cq, c.max_mr, c.max_ah, c.max_pd),
+        (1025, 1025, 4097, 256, 4096)
+    );
+    assert_eq!(c.max_sge, 13, "the other limits stay nominal");
+    let (_aeq, _ceq) = h.standard();
+    let _last_cq = h.create_cq(1024, 16, 1);
+    let cq = |id| CreateCq {
+        hdr: Host::hdr(admin_op::CREATE_CQ),
+        cq_id: id,
+        size: 16,
+        eq_id: 1,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(cq(1025).encode()), admin_status::BAD_ID);
+    let qp = CreateQp {
+        hdr: Host::hdr(admin_op::CREATE_QP),
+        qp_id: 1025,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(qp.encode()), admin_status::BAD_ID);
+    let mr = |stag, pd| RegMr {
+        hdr: Host::hdr(admin_op::REG_MR),
+        stag,
+        pd,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(mr(4097 << 8, 1).encode()), admin_status::BAD_ID);
+    let c = h.admin_raw(mr(4096 << 8, 4096).encode());
+    assert_eq!(
+        (c.status, c.detail as usize),
+        (admin_status::INVALID, std::mem::offset_of!(RegMr, pd))
+    );
+    let ah = |id, pd| CreateAh {
+        hdr: Host::hdr(admin_op::CREATE_AH),
+        ah_id: id,
+        pd,
+        ..Default::default()
+    };
+    assert_eq!(h.admin(ah(256, 1).encode()), admin_status::BAD_ID);
+    let c = h.admin_raw(ah(255, 4096).encode());
+    assert_eq!(
+        (c.status, c.detail as usize),
+        (admin_status::INVALID, std::mem::offset_of!(CreateAh, pd))
+    );
+    // The profile is the host's: a device reset keeps it.
+    h.restart();
+    assert_eq!(h.caps().max_cq, 1025);
+}
+
 #[test]
 fn every_status_code() {
     let mut h = Host::new();

@@ -19,6 +19,7 @@ use crate::device::{Device, TxSink};
 use crate::fabric::hub::EnginePort;
 use crate::fabric::queue::FrameReceiver;
 use crate::rdma::caps::CapsPlan;
+use crate::rdma::resources::Resources;
 use crate::shared::{spawn_engine, SharedDevice};
 use crate::vfio::layout::{irq_infos, server_regions};
 use crate::vfio::server::{Server, ServerError};
@@ -155,6 +156,15 @@ pub enum Clients {
     UntilStopped,
 }
 
+/// How the host provisions a NIC (not guest state: kept across its resets).
+#[derive(Debug, Clone, Default)]
+pub struct Provision {
+    /// Its object tables' sizes (`--resources`).
+    pub resources: Resources,
+    /// Test only: hostile QUERY_CAPS replies (`--hostile-caps`).
+    pub caps: Option<Arc<CapsPlan>>,
+}
+
 /// Serves one NIC to the clients that connect (see [`Clients`]). With `fabric`,
 /// its transport engine exchanges RoCE frames with the fabric (see `shared` for the
 /// threads); without, frames to peers that are not local are lost on an unplugged port.
@@ -166,13 +176,14 @@ pub fn serve(
     socket: &SocketFile,
     mac: [u8; 6],
     fabric: Option<FabricLink>,
-    caps: Option<Arc<CapsPlan>>,
+    provision: Provision,
     clients: Clients,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
     let mut device = Device::new(name);
     device.set_mac(mac);
-    device.set_caps_plan(caps);
+    device.set_resources(provision.resources);
+    device.set_caps_plan(provision.caps);
     let inbound = match fabric {
         Some(f) => {
             let port = f.port;
@@ -319,8 +330,16 @@ mod tests {
         let dir = TmpDir::new("serve.sock");
         let path = dir.path("serve.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t =
-            std::thread::spawn(move || serve(listener, &file, [0; 6], None, None, Clients::One));
+        let t = std::thread::spawn(move || {
+            serve(
+                listener,
+                &file,
+                [0; 6],
+                None,
+                Provision::default(),
+                Clients::One,
+            )
+        });
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -333,8 +352,16 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t =
-            std::thread::spawn(move || serve(listener, &file, [0; 6], None, None, Clients::One));
+        let t = std::thread::spawn(move || {
+            serve(
+                listener,
+                &file,
+                [0; 6],
+                None,
+                Provision::default(),
+                Clients::One,
+            )
+        });
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();
