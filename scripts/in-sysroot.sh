@@ -33,5 +33,6 @@ exec unshare --mount --propagation private -- bash -euo pipefail -c '
 		CI="${CI:-}" FERRDMA_VERBOSE="${FERRDMA_VERBOSE:-}" \
 		${FERRDMA_FABRIC:+FERRDMA_FABRIC="$FERRDMA_FABRIC"} \
 		${FERRDMA_ACCEL:+FERRDMA_ACCEL="$FERRDMA_ACCEL"} \
+		${FERRDMA_SMP:+FERRDMA_SMP="$FERRDMA_SMP"} \
 		"$@"
 ' ferrdma-in-sysroot "$root" "$src" "$FERRDMA_CACHE" "$@"

@@ -570,6 +570,35 @@ class LongestFirstTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 header("vms=1 slots=2")
 
+    def test_smp_and_resources_headers(self):
+        rt = run_tests_module()
+        with tempfile.TemporaryDirectory() as d:
+            def header(text):
+                path = os.path.join(d, "t.sh")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(f"#!/bin/bash\n# ferrdma-test: {text}\n")
+                return rt.parse_header(path)
+            self.assertEqual((header("vms=1").smp, header("vms=1 smp=2").smp), (None, 2))
+            self.assertEqual(header("vms=1 resources=small").resources, "small")
+            self.assertIsNone(header("vms=1").resources)
+            for bad in ("smp=3", "smp=0", "resources=huge"):
+                with self.assertRaises(ValueError):
+                    header(f"vms=1 {bad}")
+
+    def test_vcpus_default_to_one_and_the_environment_is_checked(self):
+        old = os.environ.pop("FERRDMA_SMP", None)
+        try:
+            self.assertEqual(vmharness.default_smp(), 1)
+            os.environ["FERRDMA_SMP"] = "2"
+            self.assertEqual(vmharness.default_smp(), 2)
+            os.environ["FERRDMA_SMP"] = "two"
+            with self.assertRaises(vmharness.HarnessError):
+                vmharness.default_smp()
+        finally:
+            os.environ.pop("FERRDMA_SMP", None)
+            if old is not None:
+                os.environ["FERRDMA_SMP"] = old
+
     def test_durations_survive_a_round_trip_and_garbage_is_ignored(self):
         rt = run_tests_module()
         with tempfile.TemporaryDirectory() as d:

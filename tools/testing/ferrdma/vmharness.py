@@ -131,6 +131,14 @@ def kernel_build_dir(kernel: str) -> str:
     return path[:-len(suffix) - 1] if path.endswith(os.sep + suffix) else ""
 
 
+def default_smp() -> int:
+    """The guests' vCPU count: $FERRDMA_SMP (1 to 4), else 1."""
+    value = os.environ.get("FERRDMA_SMP", "1")
+    if value not in ("1", "2", "3", "4"):
+        raise HarnessError(f"FERRDMA_SMP={value!r}: a vCPU count from 1 to 4")
+    return int(value)
+
+
 def default_nic() -> str:
     return os.path.join(cache_dir(), "cargo-target/release/ferrdma-nic")
 
@@ -408,7 +416,14 @@ class Config:
     # control socket with split fabrics.
     split_fabric: str = ""
     mem_mb: int = 512
-    smp: int = 2
+    # vCPUs per VM: 1 unless a test needs two CPUs in the guest at once (run-tests' smp=2) or
+    # $FERRDMA_SMP says otherwise. Under TCG a second vCPU made the same tests ~1.7x slower
+    # (four one-VM tests: 151 s with two vCPUs each, 88 s with one; boot to the script
+    # 15-20 s vs 8 s): two VMs side by side then need four host threads on two cores, and
+    # MTTCG stops every vCPU of a VM for each cross-CPU TLB flush. Device-vs-driver races
+    # stay real with one vCPU (the NIC is another process); races between guest threads
+    # need smp=2.
+    smp: int = dataclasses.field(default_factory=lambda: default_smp())
     kunit: bool = True  # run the KUnit suites (built in at boot, ferrdma.ko's at insmod)
     kasan: bool = False  # the kernel must be a KASAN one (its boot line is checked)
     # Each ferrdma function sits behind a PCIe root port and the guest may unplug and plug it
@@ -591,7 +606,7 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
     if cfg.accel == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
     elif cfg.accel == "tcg":
-        accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        accel = ["-accel", "tcg,thread=multi", "-cpu", os.environ.get("FERRDMA_TCG_CPU", "max")]
     else:
         raise HarnessError(f"FERRDMA_ACCEL={cfg.accel!r}: use tcg (the default) or kvm")
     argv = [

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=2 nics=1 check-pcap=yes timeout=900
+# ferrdma-test: vms=2 nics=1 check-pcap=yes timeout=900 smp=2
 #
 # Interoperability with Linux soft RoCE on the fabric: node 1 has a ferrdma NIC (ferrdma0),
 # node 2 is a plain VM running rxe (rxe0 on its virtio-net, which the fabric switches like any
@@ -17,6 +17,8 @@
 # acknowledge a window of 128 packets from ferrdma, and every retransmitted window makes it
 # slower still (seen as RETRY_EXC in ib_send_bw -s 9000 with node 2 serving; the capture
 # shows rxe's ACKs arriving 640 ms after the packets, no protocol error).
+# Two vCPUs (smp=2): rxe moves its packets in the guest's softirqs, beside the programs (one
+# vCPU made this test 1.4x slower).
 . "$FERRDMA_HARNESS/guest/cm.sh"
 [ "$FERRDMA_NVMS" = 2 ] || fail "this test needs 2 VMs"
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=1500
+# ferrdma-test: vms=1 timeout=1500 smp=2
 #
 # The kernel boundary under a seeded random fuzzer (progs/uverbs-fuzz.c, issue 14): four
 # unprivileged processes issue raw uverbs commands to ferrdma0 - legacy writes and ioctls,
@@ -11,6 +11,7 @@
 # (ibv_rc_pingpong -c). Arguments: [COMMANDS [SEED]] (default 100000 and seed 1; make
 # fuzz-uverbs runs a longer one with a fresh seed). The seed is printed last, to replay a
 # finding with `make fuzz-uverbs FUZZ_SEED=...`.
+# Two vCPUs (smp=2): the four processes' commands meet in the kernel at the same time.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 need_nic
 
