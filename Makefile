@@ -10,9 +10,10 @@
 #   make fuzz-uverbs   the uverbs fuzzer, long: FUZZ_COMMANDS (1000000) with FUZZ_SEED (fresh)
 #   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #   make check-kasan   the driver-heavy VM tests on the KASAN kernel (~20 min)
-#   make check-long    the long suites, outside make check's budget (~20 min: two fabrics
-#                      in two network namespaces joined by a bridge, and by a VXLAN; the
-#                      kernel ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs)
+#   make check-long    the long suites, outside make check's budget (~25 min, estimated:
+#                      every limit at the nominal resource profile; two fabrics in two
+#                      network namespaces joined by a bridge, and by a VXLAN; the kernel
+#                      ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs)
 #
 # Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
 # $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
