@@ -95,31 +95,11 @@ impl RawSocket {
         let mut mreq: libc::packet_mreq = unsafe { std::mem::zeroed() };
         mreq.mr_ifindex = ifindex as i32;
         mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
-        // SAFETY: `mreq` is a valid packet_mreq of the length given.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_ADD_MEMBERSHIP,
-                (&mreq as *const libc::packet_mreq).cast(),
-                std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
+        if set_packet_option(&fd, libc::PACKET_ADD_MEMBERSHIP, &mreq) < 0 {
             return Err(err("promiscuous mode"));
         }
         let on: libc::c_int = 1;
-        // SAFETY: `on` is a valid int of the length given.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_AUXDATA,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
+        if set_packet_option(&fd, libc::PACKET_AUXDATA, &on) < 0 {
             return Err(err("PACKET_AUXDATA"));
         }
         Ok(RawSocket { fd })
@@ -201,6 +181,20 @@ impl RawSocket {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+}
+
+/// setsockopt(SOL_PACKET, `name`) with `value`, a plain C value of the option's type.
+fn set_packet_option<T>(fd: &OwnedFd, name: libc::c_int, value: &T) -> libc::c_int {
+    // SAFETY: `value` is valid for reads of its size, which is the length given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
     }
 }
 

@@ -345,6 +345,11 @@ impl Engine {
         Ok(0)
     }
 
+    /// PD ids are the driver's to allocate; the device only bounds them by its profile.
+    fn pd_in_range(&self, pd: u32, at: usize) -> Result<(), CmdError> {
+        check(pd < self.resources.max_pd, st::INVALID, at)
+    }
+
     fn cq_exists(&self, cq: u32, at: usize) -> Result<(), CmdError> {
         match self.cqs.slot(cq) {
             None => Err(err(st::BAD_ID, at)),
@@ -369,11 +374,7 @@ impl Engine {
             st::INVALID,
             ty,
         )?;
-        check(
-            c.pd < self.resources.max_pd,
-            st::INVALID,
-            offset_of!(CreateQp, pd),
-        )?;
+        self.pd_in_range(c.pd, offset_of!(CreateQp, pd))?;
         self.cq_exists(c.send_cq, offset_of!(CreateQp, send_cq))?;
         self.cq_exists(c.recv_cq, offset_of!(CreateQp, recv_cq))?;
         check(c.rq_shift <= 3, st::INVALID, offset_of!(CreateQp, rq_shift))?;
@@ -693,11 +694,7 @@ impl Engine {
         // Index 0 is the local DMA STag's: never a registered MR.
         check(stag_index(c.stag) != 0, st::INVALID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
-        check(
-            c.pd < self.resources.max_pd,
-            st::INVALID,
-            offset_of!(RegMr, pd),
-        )?;
+        self.pd_in_range(c.pd, offset_of!(RegMr, pd))?;
         check(
             c.access & !MR_ACCESS_ALL == 0,
             st::INVALID,
@@ -755,11 +752,7 @@ impl Engine {
         check(self.mrs.in_range(c.stag), st::BAD_ID, s)?;
         check(stag_index(c.stag) != 0, st::INVALID, s)?;
         check(self.mrs.slot(c.stag).is_none(), st::EXISTS, s)?;
-        check(
-            c.pd < self.resources.max_pd,
-            st::INVALID,
-            offset_of!(AllocMr, pd),
-        )?;
+        self.pd_in_range(c.pd, offset_of!(AllocMr, pd))?;
         let max_at = offset_of!(AllocMr, max_pages);
         check(
             (1..=MAX_FAST_REG_PAGES).contains(&c.max_pages),
@@ -831,11 +824,7 @@ impl Engine {
         let id = offset_of!(CreateAh, ah_id);
         let slot = self.ahs.get(c.ah_id as usize).ok_or(err(st::BAD_ID, id))?;
         check(slot.is_none(), st::EXISTS, id)?;
-        check(
-            c.pd < self.resources.max_pd,
-            st::INVALID,
-            offset_of!(CreateAh, pd),
-        )?;
+        self.pd_in_range(c.pd, offset_of!(CreateAh, pd))?;
         self.check_av(&c.attrs, offset_of!(CreateAh, attrs))?;
         if let Some(s) = self.ahs.get_mut(c.ah_id as usize) {
             *s = Some(Ah {

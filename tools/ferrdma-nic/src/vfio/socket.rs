@@ -325,12 +325,12 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
-    #[test]
-    fn serve_ends_when_the_client_disconnects() {
-        let dir = TmpDir::new("serve.sock");
-        let path = dir.path("serve.sock");
-        let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || {
+    /// `serve` on a thread of its own: one client, no fabric, nominal provisioning.
+    fn serve_in_thread(
+        listener: UnixListener,
+        file: SocketFile,
+    ) -> std::thread::JoinHandle<Result<(), ServeError>> {
+        std::thread::spawn(move || {
             serve(
                 listener,
                 &file,
@@ -339,7 +339,15 @@ mod tests {
                 Provision::default(),
                 Clients::One,
             )
-        });
+        })
+    }
+
+    #[test]
+    fn serve_ends_when_the_client_disconnects() {
+        let dir = TmpDir::new("serve.sock");
+        let path = dir.path("serve.sock");
+        let (listener, file) = bind(&path).unwrap();
+        let t = serve_in_thread(listener, file);
         let c = UnixStream::connect(&path).unwrap();
         drop(c);
         t.join().unwrap().unwrap();
@@ -352,16 +360,7 @@ mod tests {
         let dir = TmpDir::new("malformed.sock");
         let path = dir.path("malformed.sock");
         let (listener, file) = bind(&path).unwrap();
-        let t = std::thread::spawn(move || {
-            serve(
-                listener,
-                &file,
-                [0; 6],
-                None,
-                Provision::default(),
-                Clients::One,
-            )
-        });
+        let t = serve_in_thread(listener, file);
         let mut c = UnixStream::connect(&path).unwrap();
         // VERSION header claiming a total size smaller than the header itself.
         let mut hdr = Vec::new();
