@@ -541,6 +541,15 @@ def run_tests_module():
     return mod
 
 
+def parse_header_text(text):
+    """run-tests' parse_header of a script whose header line is "# ferrdma-test: TEXT"."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.sh")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"#!/bin/bash\n# ferrdma-test: {text}\n")
+        return run_tests_module().parse_header(path)
+
+
 def run_tests_discover():
     """run-tests' discover()."""
     return run_tests_module().discover()
@@ -558,32 +567,20 @@ class LongestFirstTest(unittest.TestCase):
         self.assertEqual([tc.name for tc in order], ["c", "b", "a", "d"])
 
     def test_slots_header(self):
-        rt = run_tests_module()
-        with tempfile.TemporaryDirectory() as d:
-            def header(text):
-                path = os.path.join(d, "t.sh")
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(f"#!/bin/bash\n# ferrdma-test: {text}\n")
-                return rt.parse_header(path)
-            self.assertEqual(header("vms=2").slots, 2)
-            self.assertEqual(header("vms=2 slots=1").slots, 1)
-            with self.assertRaises(ValueError):
-                header("vms=1 slots=2")
+        header = parse_header_text
+        self.assertEqual(header("vms=2").slots, 2)
+        self.assertEqual(header("vms=2 slots=1").slots, 1)
+        with self.assertRaises(ValueError):
+            header("vms=1 slots=2")
 
     def test_smp_and_resources_headers(self):
-        rt = run_tests_module()
-        with tempfile.TemporaryDirectory() as d:
-            def header(text):
-                path = os.path.join(d, "t.sh")
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(f"#!/bin/bash\n# ferrdma-test: {text}\n")
-                return rt.parse_header(path)
-            self.assertEqual((header("vms=1").smp, header("vms=1 smp=2").smp), (None, 2))
-            self.assertEqual(header("vms=1 resources=small").resources, "small")
-            self.assertIsNone(header("vms=1").resources)
-            for bad in ("smp=3", "smp=0", "resources=huge"):
-                with self.assertRaises(ValueError):
-                    header(f"vms=1 {bad}")
+        header = parse_header_text
+        self.assertEqual((header("vms=1").smp, header("vms=1 smp=2").smp), (None, 2))
+        self.assertEqual(header("vms=1 resources=small").resources, "small")
+        self.assertIsNone(header("vms=1").resources)
+        for bad in ("smp=3", "smp=0", "resources=huge"):
+            with self.assertRaises(ValueError):
+                header(f"vms=1 {bad}")
 
     def test_vcpus_default_to_one_and_the_environment_is_checked(self):
         old = os.environ.pop("FERRDMA_SMP", None)

@@ -423,7 +423,7 @@ class Config:
     # MTTCG stops every vCPU of a VM for each cross-CPU TLB flush. Device-vs-driver races
     # stay real with one vCPU (the NIC is another process); races between guest threads
     # need smp=2.
-    smp: int = dataclasses.field(default_factory=lambda: default_smp())
+    smp: int = dataclasses.field(default_factory=default_smp)
     kunit: bool = True  # run the KUnit suites (built in at boot, ferrdma.ko's at insmod)
     kasan: bool = False  # the kernel must be a KASAN one (its boot line is checked)
     # Each ferrdma function sits behind a PCIe root port and the guest may unplug and plug it
@@ -606,7 +606,7 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
     if cfg.accel == "kvm":
         accel = ["-accel", "kvm", "-cpu", "host"]
     elif cfg.accel == "tcg":
-        accel = ["-accel", "tcg,thread=multi", "-cpu", os.environ.get("FERRDMA_TCG_CPU", "max")]
+        accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
     else:
         raise HarnessError(f"FERRDMA_ACCEL={cfg.accel!r}: use tcg (the default) or kvm")
     argv = [
