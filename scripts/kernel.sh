@@ -3,7 +3,7 @@
 # the sysroot. Incremental: a change to a driver file rebuilds only what depends on it.
 #
 # Output: $FERRDMA_CACHE/kernel/build/arch/x86/boot/bzImage and .../drivers/infiniband/hw/ferrdma/ferrdma.ko
-# With an argument VARIANT (kasan): the same in kernel/build-VARIANT, configured with
+# With an argument VARIANT (kasan, ulp): the same in kernel/build-VARIANT, configured with
 # kernel/configs/VARIANT.config on top of ferrdma.config.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1180,5 +1180,46 @@ class IncastPlotTest(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+class KernelVariantTest(unittest.TestCase):
+    """The KASAN and ULP kernels: which tests boot them, and what the KASAN lane must show."""
+
+    def test_the_kasan_lane_must_prove_it_looks(self):
+        """A KASAN-lane VM passes only if the use-after-free planted after its script was
+        reported (guest/init 5b writes the share's kasan-proof)."""
+        def collect(proof, status="0"):
+            with tempfile.TemporaryDirectory() as d:
+                os.makedirs(os.path.join(d, "vm1"))
+                with open(os.path.join(d, "vm1.console"), "w") as f:
+                    f.write(f"[    0.3] kasan: {vmharness.KASAN_BOOT_LINE}\n")
+                with open(os.path.join(d, "vm1", "status"), "w") as f:
+                    f.write(status + "\n")
+                if proof is not None:
+                    with open(os.path.join(d, "vm1", "kasan-proof"), "w") as f:
+                        f.write(proof)
+                vm = vmharness.VmResult(1)
+                vmharness._collect(vm, d, vmharness.Config(script="t.sh", kasan=True), 0)
+                return vm.problems
+        self.assertEqual(collect("reported: BUG: KASAN: slab-use-after-free in kv_plant_uaf+0x2a/0x50\n"), [])
+        self.assertIn("'KASAN did not report the planted use-after-free'",
+                      collect("KASAN did not report the planted use-after-free\n[  9.1] x\n")[0])
+        self.assertIn("no result", collect(None)[0])
+        # A script stopped at its time limit leaves no proof; the timeout is the failure.
+        self.assertFalse([p for p in collect(None, "124") if "prove" in p])
+
+    def test_ulp_header_picks_a_kernel_of_its_own(self):
+        header = parse_header_text
+        self.assertEqual((header("vms=2").ulp, header("vms=2 ulp=yes").ulp), (False, True))
+        with self.assertRaises(ValueError):
+            header("vms=2 ulp=yes kasan=yes")
+        self.assertTrue(vmharness.default_kernel("ulp").endswith("/kernel/build-ulp/arch/x86/boot/bzImage"))
+        # Every test that loads a ULP (guest/ulp.sh) asks for the ULP kernel: the default one
+        # has none of their modules.
+        for tc in run_tests_discover():
+            with open(tc.path, encoding="utf-8") as f:
+                loads_ulps = "guest/ulp.sh" in f.read()
+            with self.subTest(test=tc.name):
+                self.assertEqual(tc.ulp, loads_ulps)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -107,7 +107,8 @@ def progs_dir() -> str:
 
 
 def _kernel_build(variant: str) -> str:
-    """scripts/kernel.sh's build tree; VARIANT "kasan" the KASAN lane's (build-kasan)."""
+    """scripts/kernel.sh's build tree; VARIANT "kasan" the KASAN lane's (build-kasan), "ulp"
+    the ULP tests' (build-ulp)."""
     return os.path.join(cache_dir(), "kernel/build" + (f"-{variant}" if variant else ""))
 
 
@@ -1109,6 +1110,9 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_ACCEL": cfg.accel,
             "FERRDMA_KVERBS_DIR": kverbs_dir,
             "FERRDMA_PROGS_DIR": progs,
+            # guest/init's KASAN-lane proof after the script (guest/kverbs.sh:
+            # kasan_plant_check), judged below from the share's kasan-proof.
+            "FERRDMA_KASAN_PROOF": "1" if cfg.kasan else "0",
         }
         with open(os.path.join(share, "job"), "w") as f:
             f.write(job_file_text(env, cfg.args, script_timeout))
@@ -1381,6 +1385,14 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> Non
             if KASAN_BOOT_LINE not in f.read():
                 vm.problems.append(f"the kernel ran without KASAN (no \"{KASAN_BOOT_LINE}\" "
                                    f"in vm{n}.console), but the test is in the KASAN lane")
+        # The lane must prove it looks: a use-after-free planted after the script
+        # (guest/init, 5b) must have been reported.
+        if vm.status is not None and vm.status != 124:
+            proof = (_read(os.path.join(share, "kasan-proof")) or "").strip()
+            if not proof.startswith("reported: "):
+                vm.problems.append("KASAN did not prove it looks: the use-after-free planted "
+                                   "after the script (guest/kverbs.sh: kasan_plant_check) "
+                                   f"gave {proof.splitlines()[0] if proof else 'no result'!r}")
     if vm.timed_out:
         vm.problems.append(f"timed out: the guest was still running after {cfg.timeout:.0f}s "
                            f"and was killed")

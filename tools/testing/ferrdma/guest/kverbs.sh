@@ -25,6 +25,27 @@ kverbs_module() {
 	echo "$dir/ferrdma_kverbs_test.ko"
 }
 
+# kasan_plant_check: the KASAN lane's proof that it looks, run by guest/init after the script
+# of every test on the KASAN kernel (vmharness.py sets FERRDMA_KASAN_PROOF): the kernel-verbs
+# test module loaded with plant_uaf=1 reads a freed kmalloc object once, and KASAN must report
+# exactly that, "BUG: KASAN: slab-use-after-free in kv_plant_uaf" with "Read of size 1". Prints
+# "reported: LINE" then, else the reason (the harness fails the test unless it reads the first).
+# After the script, not before: a KASAN report turns lockdep off for the rest of the boot and,
+# without kasan_multi_shot, silences KASAN's later reports.
+kasan_plant_check() {
+	local ko rc=0 report
+	dmesg | has_line "KernelAddressSanitizer initialized" || { echo "this kernel has no KASAN"; return 1; }
+	ko=$(kverbs_module) || return 1
+	echo "ferrdma-test: expected splat begin kasan call-trace" > /dev/kmsg
+	insmod "$ko" plant_uaf=1 2>/tmp/insmod.err || rc=$?
+	echo "ferrdma-test: expected splat end" > /dev/kmsg
+	[ "$rc" != 0 ] || { echo "insmod plant_uaf=1 succeeded: the module did not take its planted path"; return 1; }
+	report=$(dmesg | grep -E "BUG: KASAN: [a-z-]*use-after-free in kv_plant_uaf" | sed -n 1p || true)
+	[ -n "$report" ] || { echo "KASAN did not report the planted use-after-free"; dmesg | tail -20; return 1; }
+	dmesg | has_line "Read of size 1 at addr" || { echo "KASAN's report lacks the access (Read of size 1)"; return 1; }
+	echo "reported: ${report#*] }"
+}
+
 kverbs_main() {
 	local kind=$1 ko before after log plan summary oks notoks skips p f s bad
 	shift

@@ -12,9 +12,11 @@
 # On ferrdma the NIC's counters must show the RDMA operations the protocol is built on
 # (ulp_expect_ops); the harness checks the wire's opcodes too (test header pcap-opcodes=).
 #
-# The modules are loaded with modprobe from the kernel build's modroot (scripts/kernel-build.sh
-# installs them there with their modules.dep), bind-mounted on /lib/modules: the ULPs need
-# chains of modules and the kernel's own request_module (crypto algorithms, NLS tables).
+# The tests run on the ULP kernel (header ulp=yes; scripts/kernel.sh ulp, kernel/configs/
+# ulp.config): make check's kernel has none of these modules. They are loaded with modprobe
+# from that build's modroot (scripts/kernel-build.sh installs them there with their
+# modules.dep), bind-mounted on /lib/modules: the ULPs need chains of modules and the
+# kernel's own request_module (crypto algorithms, NLS tables).
 . "$FERRDMA_HARNESS/guest/nvmeof.sh"
 
 ULP_MODULES=()
@@ -26,7 +28,7 @@ ulp_modprobe() {
 	if ! mountpoint -q /lib/modules; then
 		[ -n "${FERRDMA_KBUILD:-}" ] || fail "FERRDMA_KBUILD is empty: no kernel build tree"
 		[ -d "$FERRDMA_KBUILD/modroot/lib/modules/$(uname -r)" ] ||
-			fail "no $FERRDMA_KBUILD/modroot/lib/modules/$(uname -r): rebuild the kernel (scripts/kernel.sh installs the modules there)"
+			fail "no $FERRDMA_KBUILD/modroot/lib/modules/$(uname -r): rebuild the kernel (scripts/kernel.sh ulp installs the modules there)"
 		mount --bind "$FERRDMA_KBUILD/modroot/lib/modules" /lib/modules || fail "cannot bind-mount the modules on /lib/modules"
 	fi
 	for m in "$@"; do

@@ -44,7 +44,7 @@ module_param(dev, charp, 0444);
 MODULE_PARM_DESC(dev, "name of the RDMA device to test (default ferrdma0)");
 
 /*
- * The KASAN lane's sabotage check (tests/kasan-lane.sh): load with plant_uaf=1 and, instead of
+ * The KASAN lane's sabotage check (guest/kverbs.sh: kasan_plant_check): load with plant_uaf=1 and, instead of
  * the tests, the module reads a freed object once. A KASAN kernel must report it.
  */
 static bool plant_uaf;

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=2 timeout=900 check-pcap=yes pcap-opcodes=send,read,write,send-inv long=yes
+# ferrdma-test: vms=2 timeout=900 check-pcap=yes pcap-opcodes=send,read,write,send-inv long=yes ulp=yes
 #
 # iSER between two VMs (issue 20): node 1 exports a file through LIO's iSCSI target with an
 # iSER portal (ib_isert); node 2 logs in with open-iscsi over ib_iser and does O_DIRECT block

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=600 kasan=yes
+# ferrdma-test: vms=1 timeout=600
 #
 # Hostile udata and attributes on REG_MR, REREG_MR, DEREG_MR, CREATE_CQ, DESTROY_CQ, CREATE_QP,
 # MODIFY_QP, DESTROY_QP, CREATE_AH and DESTROY_AH, sent raw (guest/uverbs_raw.py scenario: legacy

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400 kasan=yes
+# ferrdma-test: vms=1 timeout=400
 #
 # The device goes away under a process that holds verbs objects (disassociate_ucontext; issue
 # 16): progs/removal-holder opens ferrdma0, moves 8 SENDs through a connected RC QP pair and
