@@ -100,7 +100,7 @@ if [ "$(cat "$build/.ferrdma-config-key" 2>/dev/null)" != "$ckey" ] || [ ! -f "$
 fi
 
 # 4. Build, with a progress line every 30 seconds.
-log "kernel: building bzImage and modules in $build (cold: ~15 min on 2 cores; log: $build/build.log)"
+log "kernel: building bzImage and modules in $build (cold: ~18 min on 2 cores, ~25 with the ULPs; log: $build/build.log)"
 start=$(date +%s)
 set +e
 # The kernel first, then the modules: a broken driver must not leave us without a bootable image.

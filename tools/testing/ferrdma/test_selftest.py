@@ -7,6 +7,7 @@ Run by run-tests (as the "selftest:*" TAP lines) and standalone:
 
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -566,6 +567,29 @@ class LongestFirstTest(unittest.TestCase):
         # c never ran: 900 / 3 = 300 s expected; a and d tie and keep their order.
         self.assertEqual([tc.name for tc in order], ["c", "b", "a", "d"])
 
+    def test_a_two_vm_test_runs_beside_one_one_vm_test(self):
+        rt = run_tests_module()
+        one = [rt.TestCase(name=f"one{i}", path="x") for i in range(3)]
+        two = [rt.TestCase(name=f"two{i}", path="x", vms=2) for i in range(2)]
+        waits = rt.TestCase(name="waits", path="x", vms=2, slots_override=1)
+        ok = rt.admissible
+        self.assertTrue(ok(one[1], [one[0]], 2))
+        self.assertFalse(ok(one[2], one[:2], 2))
+        self.assertTrue(ok(two[0], [one[0]], 2))
+        self.assertTrue(ok(one[0], [two[0]], 2))
+        self.assertFalse(ok(one[1], [two[0], one[0]], 2))
+        self.assertFalse(ok(two[0], one[:2], 2))
+        self.assertFalse(ok(two[1], [two[0]], 2))
+        # A two-VM test of one slot: beside one one-VM test, never beside another two-VM one.
+        self.assertTrue(ok(waits, [one[0]], 2))
+        self.assertFalse(ok(one[1], [waits, one[0]], 2))
+        self.assertFalse(ok(two[0], [waits], 2))
+        # --jobs 1: one test at a time (a two-VM test, wider than that, runs after the others,
+        # with the alone=yes tests).
+        self.assertFalse(ok(one[1], [one[0]], 1))
+        self.assertTrue(ok(one[0], [], 1))
+        self.assertFalse(ok(two[0], [], 1))
+
     def test_slots_header(self):
         header = parse_header_text
         self.assertEqual(header("vms=2").slots, 2)
@@ -988,6 +1012,62 @@ class PcapOpcodesTest(unittest.TestCase):
             with self.assertRaises(vmharness.HarnessError) as e:
                 vmharness.run(cfg)
             self.assertIn(why, str(e.exception))
+
+
+class SplitVlanTest(unittest.TestCase):
+    """Config.pcap_vlan: roce_frames_by_vlan counts a capture's RoCEv2 frames by source MAC
+    and VLAN tag; check_split_vlan wants, in each node's fabric capture, tagged frames from
+    the other node (an untagged copy of them, as a packet socket delivers by default, fails)."""
+
+    @staticmethod
+    def _frame(src: int, vid: int = 0, v6: bool = False, dport: int = 4791) -> bytes:
+        udp = struct.pack(">HHHH", 49152, dport, 8 + 12, 0) + bytes(12)
+        if v6:
+            ip = struct.pack(">IHBB16s16s", 0x60000000, len(udp), 17, 64, bytes(16), bytes(16))
+            etype = 0x86DD
+        else:
+            ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                             bytes(4), bytes(4))
+            etype = 0x0800
+        macs = bytes.fromhex(f"525400fe10{3 - src:02x}525400fe10{src:02x}")
+        tag = struct.pack(">HH", 0x8100, 0x6000 | vid) if vid else b""
+        return macs + tag + struct.pack(">H", etype) + ip + udp
+
+    def _pcap(self, d: str, name: str, frames: list[bytes]) -> None:
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+            for fr in frames:
+                f.write(struct.pack("<IIII", 1, 0, len(fr), len(fr)) + fr)
+
+    def test_counts_by_source_and_tag(self):
+        with tempfile.TemporaryDirectory() as d:
+            self._pcap(d, "f.pcap", [self._frame(1, 100), self._frame(1, 100, v6=True),
+                                     self._frame(1), self._frame(2, 100, dport=4789),
+                                     self._frame(2, 7)[:20]])
+            self.assertEqual(vmharness.roce_frames_by_vlan(os.path.join(d, "f.pcap")),
+                             {("52:54:00:fe:10:01", 100): 2, ("52:54:00:fe:10:01", 0): 1})
+
+    def test_tags_must_survive_host_networking(self):
+        with tempfile.TemporaryDirectory() as d:
+            # Node 2's fabric got node 1's frames tagged; node 1's got node 2's untagged.
+            self._pcap(d, "fabric1.pcap", [self._frame(1, 100), self._frame(2)])
+            self._pcap(d, "fabric2.pcap", [self._frame(2, 100), self._frame(1, 100)])
+            problems = vmharness.check_split_vlan(d, 2, 100)
+            self.assertEqual(len(problems), 1, problems)
+            self.assertIn("fabric1.pcap: no RoCEv2 frame from node 2 (52:54:00:fe:10:02) "
+                          "tagged with VLAN 100", problems[0])
+            self.assertIn("VLAN none: 1", problems[0])
+            self._pcap(d, "fabric1.pcap", [self._frame(2, 100)])
+            self.assertEqual(vmharness.check_split_vlan(d, 2, 100), [])
+
+    def test_config(self):
+        with self.assertRaises(vmharness.HarnessError):
+            vmharness.run(vmharness.Config(script=__file__, vms=2, pcap_vlan=100))
+        self.assertEqual(parse_header_text("vms=2 split-fabric=bridge pcap-vlan=100").pcap_vlan, 100)
+        for bad in ("vms=2 pcap-vlan=100", "vms=2 split-fabric=bridge pcap-vlan=4095",
+                    "vms=2 split-fabric=bridge pcap-vlan=0"):
+            with self.assertRaises(ValueError):
+                parse_header_text(bad)
 
 
 class HangReportTest(unittest.TestCase):

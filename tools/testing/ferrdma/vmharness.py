@@ -36,6 +36,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -416,6 +417,11 @@ class Config:
     # namespaces addressed on the bridge (SplitNet). "" (default): one fabric. No fabric
     # control socket with split fabrics.
     split_fabric: str = ""
+    # With split_fabric: a VLAN id (1-4094) that RoCEv2 frames must keep across host
+    # networking: each fabricN.pcap must hold a RoCEv2 frame tagged with it whose source MAC
+    # is another node's, i.e. one that arrived through the fabric's --interface port with its
+    # tag (check_split_vlan). 0: no such check.
+    pcap_vlan: int = 0
     mem_mb: int = 512
     # vCPUs per VM: 1 unless a test needs two CPUs in the guest at once (run-tests' smp=2) or
     # $FERRDMA_SMP says otherwise. Under TCG a second vCPU made the same tests ~1.7x slower
@@ -869,6 +875,70 @@ ROCE_DIRECTION = re.compile(r"^roce ([0-9a-f:]{17}) -> ([0-9a-f:]{17}): (\d+) fr
 
 PCAP_TOTAL = re.compile(r"^total \d+ frames: (\d+) RoCEv2")
 PCAP_OPCODE_COUNTS = re.compile(r"^opcodes (.*)$")
+def roce_frames_by_vlan(path: str) -> dict[tuple[str, int], int]:
+    """Counts the RoCEv2 frames (IPv4 or IPv6, UDP port 4791) of a pcap file by (source MAC,
+    VLAN id; 0 when untagged). Reads the classic pcap format the fabric writes (Ethernet
+    link type, either byte order); a truncated last record ends the count."""
+    counts: dict[tuple[str, int], int] = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 24:
+        return counts
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        end = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        end = ">"
+    else:
+        raise HarnessError(f"{path}: not a pcap file")
+    off = 24
+    while off + 16 <= len(data):
+        incl = struct.unpack(end + "I", data[off + 8:off + 12])[0]
+        frame = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        if len(frame) < 14:
+            continue
+        src = ":".join(f"{b:02x}" for b in frame[6:12])
+        etype, l3, vid = int.from_bytes(frame[12:14], "big"), 14, 0
+        if etype == 0x8100 and len(frame) >= 18:
+            vid = int.from_bytes(frame[14:16], "big") & 0xFFF
+            etype, l3 = int.from_bytes(frame[16:18], "big"), 18
+        if etype == 0x0800 and len(frame) >= l3 + 20:
+            l4 = l3 + (frame[l3] & 0x0F) * 4
+            proto = frame[l3 + 9]
+        elif etype == 0x86DD and len(frame) >= l3 + 40:
+            l4, proto = l3 + 40, frame[l3 + 6]
+        else:
+            continue
+        if proto == 17 and len(frame) >= l4 + 4 and int.from_bytes(frame[l4 + 2:l4 + 4], "big") == 4791:
+            counts[(src, vid)] = counts.get((src, vid), 0) + 1
+    return counts
+
+
+def check_split_vlan(logdir: str, vms: int, vid: int) -> list[str]:
+    """Config.pcap_vlan: each node's fabric must have captured RoCEv2 frames tagged with VID
+    from the other node's MAC (they crossed host networking, whose packet sockets hand frames
+    over without their tag unless the port puts it back). Returns the problems."""
+    problems = []
+    for n in range(1, vms + 1):
+        path = os.path.join(logdir, f"fabric{n}.pcap")
+        if not os.path.exists(path):
+            problems.append(f"fabric{n}.pcap is missing: cannot check VLAN {vid} across hosts")
+            continue
+        counts = roce_frames_by_vlan(path)
+        for m in range(1, vms + 1):
+            if m == n:
+                continue
+            mac = node_mac(m)
+            if counts.get((mac, vid), 0) == 0:
+                seen = ", ".join(f"VLAN {v or 'none'}: {c}" for (src, v), c in sorted(counts.items())
+                                 if src == mac) or "none"
+                problems.append(f"fabric{n}.pcap: no RoCEv2 frame from node {m} ({mac}) tagged "
+                                f"with VLAN {vid} arrived through host networking (its RoCEv2 "
+                                f"frames by tag: {seen})")
+    return problems
+
+
 # The operations a test can require on the wire (Config.pcap_opcodes): their RC BTH opcodes.
 PCAP_OPCODES = {
     "send": (0x00, 0x01, 0x02, 0x03, 0x04, 0x05),
@@ -1076,6 +1146,9 @@ def run(cfg: Config) -> RunResult:
         raise HarnessError(f"NICs for nodes {sorted(cfg.nic_nodes)}: the run has {cfg.vms} VM(s)")
     if cfg.check_pcap and not cfg.fabric:
         raise HarnessError("checking the fabric's capture needs the fabric (FERRDMA_FABRIC=1)")
+    if cfg.pcap_vlan and not (cfg.split_fabric and cfg.capture and 1 <= cfg.pcap_vlan <= 4094):
+        raise HarnessError(f"pcap_vlan={cfg.pcap_vlan}: a VLAN id 1-4094, with split_fabric "
+                           f"and the capture")
     if cfg.split_fabric not in ("", "bridge", "vxlan"):
         raise HarnessError(f"split fabric {cfg.split_fabric!r}: bridge or vxlan")
     if cfg.split_fabric and (not cfg.fabric or cfg.rxe_lan or cfg.replug or cfg.check_pcap):
@@ -1274,6 +1347,8 @@ def run(cfg: Config) -> RunResult:
     if cfg.check_pcap and fabric is not None:
         run_problems += check_pcap(cfg.nic or default_nic(), logdir, cfg.vms, progress,
                                    cfg.pcap_opcodes)
+    if cfg.pcap_vlan and split is not None:
+        run_problems += check_split_vlan(logdir, cfg.vms, cfg.pcap_vlan)
 
     for i, vm in enumerate(results):
         q, nic = qemus[i], nics[i]

@@ -28,9 +28,9 @@ NVMEOF_HOST_MODULES=(drivers/nvme/host/nvme-core.ko drivers/nvme/host/nvme-fabri
 NVMEOF_TARGET_MODULES=(drivers/nvme/target/nvmet.ko drivers/nvme/target/nvmet-rdma.ko)
 NVMEOF_CTRL=
 NVMEOF_DEV=
-NVMEOF_RES_BEFORE=
-NVMEOF_CMID_BEFORE=
-NVMEOF_CQS_BEFORE=
+ULP_RES_BEFORE=
+ULP_CMID_BEFORE=
+ULP_CQS_BEFORE=
 
 # nvmeof_target_up IP: subsystem, namespace (file on tmpfs) and an RDMA port on IP.
 nvmeof_target_up() {
@@ -223,40 +223,42 @@ nvmeof_io() {
 	rm -f /tmp/nvmeof-pattern /tmp/nvmeof-got.*
 }
 
-nvmeof_res_record() {
-	NVMEOF_RES_BEFORE=$(rdma res show "$EVENTS_DEV")
-	NVMEOF_CMID_BEFORE=$(rdma res show cm_id)
-	NVMEOF_CQS_BEFORE=$(nvmeof_cqs)
-	note "rdma res before: $NVMEOF_RES_BEFORE"
+# ulp_res_record: remembers the device's restrack counts, the cm_ids and the CQs before a
+# kernel ULP (NVMe-oF here, the others in guest/ulp.sh) runs, for ulp_res_check.
+ulp_res_record() {
+	ULP_RES_BEFORE=$(rdma res show "$EVENTS_DEV")
+	ULP_CMID_BEFORE=$(rdma res show cm_id)
+	ULP_CQS_BEFORE=$(ulp_device_cqs)
+	note "rdma res before: $ULP_RES_BEFORE"
 }
 
-# nvmeof_cqs: the device's CQs, one line each (`rdma res show cq`).
-nvmeof_cqs() {
+# ulp_device_cqs: the device's CQs, one line each (`rdma res show cq`).
+ulp_device_cqs() {
 	rdma res show cq | grep -w "$EVENTS_DEV" || true
 }
 
-# nvmeof_res_check WHAT: the device's restrack counts and the cm_ids equal those from before,
+# ulp_res_check WHAT: the device's restrack counts and the cm_ids equal those from before,
 # but for CQs of ib_core's shared CQ pool: nvme-rdma and nvmet-rdma take their CQs from it
 # (ib_cq_pool_get), and ib_core keeps the pool's CQs, idle, until the device unregisters. So
 # every CQ that was not there before must be ib_core's and have no user left; rdma_dev_down
 # (the device's removal) frees them, which kmemleak_check then covers.
-nvmeof_res_check() {
+ulp_res_check() {
 	local end=$((SECONDS + 20)) res cmid cqs new bad
 	while :; do
 		res=$(rdma res show "$EVENTS_DEV")
 		cmid=$(rdma res show cm_id)
-		cqs=$(nvmeof_cqs)
-		new=$(comm -13 <(echo "$NVMEOF_CQS_BEFORE" | sort) <(echo "$cqs" | sort))
+		cqs=$(ulp_device_cqs)
+		new=$(comm -13 <(echo "$ULP_CQS_BEFORE" | sort) <(echo "$cqs" | sort))
 		bad=$(echo "$new" | grep -v 'users 0 .*comm \[ib_core\]' || true)
 		# Counts only: the device index differs if the device was registered anew since.
-		[ "$(echo "$res" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" = "$(echo "$NVMEOF_RES_BEFORE" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" ] &&
-			[ "$cmid" = "$NVMEOF_CMID_BEFORE" ] && [ -z "$bad" ] && break
+		[ "$(echo "$res" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" = "$(echo "$ULP_RES_BEFORE" | sed 's/^[0-9]*: //; s/ cq [0-9]*//')" ] &&
+			[ "$cmid" = "$ULP_CMID_BEFORE" ] && [ -z "$bad" ] && break
 		if [ "$SECONDS" -ge "$end" ]; then
 			echo "cm_ids now: $cmid" >&2
 			echo "CQs now: $cqs" >&2
 			rdma res show qp >&2 || true
 			rdma res show mr >&2 || true
-			fail "objects left behind after $1: before: $NVMEOF_RES_BEFORE; after: $res"
+			fail "objects left behind after $1: before: $ULP_RES_BEFORE; after: $res"
 		fi
 		nap 0.2
 	done
@@ -268,14 +270,14 @@ nvmeof_loopback() {
 	[ "$FERRDMA_NVMS" = 1 ] || fail "this test runs in 1 VM (FERRDMA_NVMS=$FERRDMA_NVMS)"
 	kmemleak_clear
 	rdma_dev_up "${1:-ferrdma}"
-	nvmeof_res_record
+	ulp_res_record
 	nvmeof_target_up "$FERRDMA_IP"
 	nvmeof_connect "$FERRDMA_IP"
 	note "rdma res while connected: $(rdma res show "$EVENTS_DEV")"
 	nvmeof_io
 	nvmeof_disconnect
 	nvmeof_target_down
-	nvmeof_res_check "NVMe-oF/RDMA"
+	ulp_res_check "NVMe-oF/RDMA"
 	rdma_dev_down
 	kmemleak_check "NVMe-oF/RDMA"
 	note "NVMe-oF/RDMA loopback on $EVENTS_DEV: passed"
@@ -286,7 +288,7 @@ nvmeof_two_vms() {
 	kmemleak_clear
 	rdma_dev_up "${1:-ferrdma}"
 	ping_peer "$FERRDMA_PEER_IP" 90
-	nvmeof_res_record
+	ulp_res_record
 	if [ "$FERRDMA_NODE" = 1 ]; then
 		nvmeof_target_up "$FERRDMA_IP"
 		barrier nvmeof-target-up 180
@@ -300,7 +302,7 @@ nvmeof_two_vms() {
 		nvmeof_disconnect
 		barrier nvmeof-host-done 240
 	fi
-	nvmeof_res_check "NVMe-oF/RDMA"
+	ulp_res_check "NVMe-oF/RDMA"
 	barrier nvmeof-finished 120
 	rdma_dev_down
 	kmemleak_check "NVMe-oF/RDMA"

@@ -4,16 +4,28 @@
 # virtio-nets sit on two fabric processes in two network namespaces, joined only by host
 # networking (vmharness.py: SplitNet). split_fabric_main HOW: RC SEND, WRITE and READ and UD
 # SEND with every byte and completion checked (progs/verbs-datacheck, both directions), then
-# rping through the RDMA CM with its data verified (-V) and every line checked; no verbs
-# object left and kmemleak clean after each part. HOW names the joining in the notes.
+# RoCE over VLAN 100 both ways (guest/vlan.sh; the tests' header pcap-vlan=100 makes the
+# harness check that each fabric received the other's RoCEv2 frames with their tag: Linux
+# takes the tag off every frame before a packet socket sees it, and the fabric's port puts it
+# back), then rping through the RDMA CM with its data verified (-V) and every line checked;
+# no verbs object left and kmemleak clean after each part. HOW names the joining in the notes.
 . "$FERRDMA_HARNESS/guest/datacheck.sh"
 . "$FERRDMA_HARNESS/guest/cm.sh"
+. "$FERRDMA_HARNESS/guest/vlan.sh"
 
 split_fabric_main() {
 	local how=$1 sizes=1,64,4095,4097,65537,1048577
 	two_vms_up
 	datacheck_pair to-node2 2 ferrdma0 "$gid" -q 2 -s "$sizes"
 	datacheck_pair to-node1 1 ferrdma0 "$gid" -q 1 -s "$sizes"
+	vlan_up
+	vlan_expect_port_on_eth0 ferrdma0
+	vgid=$(vlan_gid ferrdma0)
+	note "ferrdma0: VLAN GID $vgid on $VLAN_DEV"
+	ping_peer "$VLAN_PEER_IP" 60
+	barrier vlan-up 120
+	datacheck_pair vlan-to-node2 2 ferrdma0 "$vgid" -q 1 -s 1,4097,65537
+	datacheck_pair vlan-to-node1 1 ferrdma0 "$vgid" -q 1 -s 1,4097,65537
 	expect_no_verbs_objects
 	barrier datacheck-finished 120
 	unload_ferrdma

@@ -100,7 +100,7 @@ ulp_two_vms() {
 	kmemleak_clear
 	rdma_dev_up "$kind"
 	ping_peer "$FERRDMA_PEER_IP" 90
-	nvmeof_res_record
+	ulp_res_record
 	ulp_counter_snapshot
 	if [ "$FERRDMA_NODE" = 1 ]; then
 		"${name}_server"
@@ -109,7 +109,7 @@ ulp_two_vms() {
 	fi
 	barrier "$name-finished" 300
 	ulp_unload
-	nvmeof_res_check "$name"
+	ulp_res_check "$name"
 	barrier "$name-clean" 120
 	rdma_dev_down
 	kmemleak_check "$name over $EVENTS_DEV"

@@ -20,7 +20,7 @@
 need_nic
 kmemleak_clear
 rdma_dev_up ferrdma
-nvmeof_res_record
+ulp_res_record
 nvmeof_target_up "$FERRDMA_IP"
 nvmeof_connect "$FERRDMA_IP"
 first_ctrl=$NVMEOF_CTRL
@@ -93,7 +93,7 @@ rm -f /tmp/nvmeof-pattern
 
 nvmeof_disconnect
 nvmeof_target_down
-nvmeof_res_check "NVMe-oF/RDMA across a fatal device error"
+ulp_res_check "NVMe-oF/RDMA across a fatal device error"
 rdma_dev_down
 kmemleak_check "NVMe-oF/RDMA across a fatal device error"
 note "fatal-nvmeof test passed"
