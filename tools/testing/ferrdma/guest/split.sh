@@ -18,14 +18,9 @@ split_fabric_main() {
 	two_vms_up
 	datacheck_pair to-node2 2 ferrdma0 "$gid" -q 2 -s "$sizes"
 	datacheck_pair to-node1 1 ferrdma0 "$gid" -q 1 -s "$sizes"
-	vlan_up
-	vlan_expect_port_on_eth0 ferrdma0
-	vgid=$(vlan_gid ferrdma0)
-	note "ferrdma0: VLAN GID $vgid on $VLAN_DEV"
-	ping_peer "$VLAN_PEER_IP" 60
-	barrier vlan-up 120
-	datacheck_pair vlan-to-node2 2 ferrdma0 "$vgid" -q 1 -s 1,4097,65537
-	datacheck_pair vlan-to-node1 1 ferrdma0 "$vgid" -q 1 -s 1,4097,65537
+	vlan_roce_up ferrdma0
+	datacheck_pair vlan-to-node2 2 ferrdma0 "$VLAN_GID" -q 1 -s 1,4097,65537
+	datacheck_pair vlan-to-node1 1 ferrdma0 "$VLAN_GID" -q 1 -s 1,4097,65537
 	expect_no_verbs_objects
 	barrier datacheck-finished 120
 	unload_ferrdma

@@ -30,6 +30,18 @@ vlan_gid() {
 	echo "$idx"
 }
 
+# vlan_roce_up DEV: eth0.100 up on both nodes, DEV still bound to eth0 and given the VLAN's
+# RoCE v2 GID, the peer answering over the VLAN (barrier vlan-up); sets VLAN_GID to that GID's
+# index.
+vlan_roce_up() {
+	vlan_up
+	vlan_expect_port_on_eth0 "$1"
+	VLAN_GID=$(vlan_gid "$1")
+	note "$1: VLAN GID $VLAN_GID on $VLAN_DEV"
+	ping_peer "$VLAN_PEER_IP" 60
+	barrier vlan-up 120
+}
+
 # vlan_expect_port_on_eth0 DEV: DEV's port is still bound to eth0 (not to eth0.100, which has
 # the same MAC) and still has its untagged GID.
 vlan_expect_port_on_eth0() {

@@ -173,13 +173,8 @@ fi
 mcast_pair mcast-two-to-one 1 239.1.1.3 2 200 37
 mcast_mckey mckey 2 239.1.1.4 50
 
-vlan_up
-vlan_expect_port_on_eth0 ferrdma0
-vgid=$(vlan_gid ferrdma0)
-note "ferrdma0: VLAN GID $vgid on $VLAN_DEV"
-ping_peer "$VLAN_PEER_IP" 60
-barrier vlan-up 120
-datacheck_pair vlan-to-node2 2 ferrdma0 "$vgid" -q 2 -s 1,64,4097,65537,1048577
+vlan_roce_up ferrdma0
+datacheck_pair vlan-to-node2 2 ferrdma0 "$VLAN_GID" -q 2 -s 1,64,4097,65537,1048577
 expect_no_verbs_objects
 barrier finished 120
 
