@@ -14,7 +14,8 @@
 #   make check-long    the long suites, outside make check's budget (~25 min, estimated:
 #                      every limit at the nominal resource profile; two fabrics in two
 #                      network namespaces joined by a bridge, and by a VXLAN; the kernel
-#                      ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs)
+#                      ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs on
+#                      a kernel of their own: ~26 min more to build it when cold)
 #
 # Everything expensive (sysroot, kernel tree and objects, cargo target dir, run logs) lives in
 # $(FERRDMA_CACHE), outside the repository. Needs root (mmdebstrap, chroot, bind mounts).
