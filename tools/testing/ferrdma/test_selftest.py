@@ -919,6 +919,15 @@ class FabricControlTest(unittest.TestCase):
         self.assertEqual(vmharness.nic_nodes_text(cfg), "none")
 
 
+def write_pcap(path: str, frames: list[bytes]) -> str:
+    """Writes FRAMES as a classic little-endian Ethernet pcap file at PATH; returns PATH."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
+        for fr in frames:
+            f.write(struct.pack("<IIII", 1, 0, len(fr), len(fr)) + fr)
+    return path
+
+
 class TsharkCheckTest(unittest.TestCase):
     """tshark_check passes a clean RoCEv2 capture and fails a malformed one or one where
     tshark and the NIC's checker disagree on the RoCEv2 frames (needs tshark: the sysroot has
@@ -950,13 +959,7 @@ class TsharkCheckTest(unittest.TestCase):
         return eth + bytes(ip) + udp
 
     def _pcap(self, name: str, frames: list[bytes]) -> str:
-        import struct
-        path = os.path.join(self.dir, name)
-        with open(path, "wb") as f:
-            f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
-            for fr in frames:
-                f.write(struct.pack("<IIII", 1, 0, len(fr), len(fr)) + fr)
-        return path
+        return write_pcap(os.path.join(self.dir, name), frames)
 
     # BTH: RC SEND Only (0x04), P_Key 0xffff, destination QP 2, AckReq, PSN 5.
     BTH = bytes.fromhex("0400ffff00000002800000 05".replace(" ", ""))
@@ -1033,31 +1036,25 @@ class SplitVlanTest(unittest.TestCase):
         tag = struct.pack(">HH", 0x8100, 0x6000 | vid) if vid else b""
         return macs + tag + struct.pack(">H", etype) + ip + udp
 
-    def _pcap(self, d: str, name: str, frames: list[bytes]) -> None:
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(struct.pack("<IHHiIII", 0xa1b2c3d4, 2, 4, 0, 0, 65535, 1))
-            for fr in frames:
-                f.write(struct.pack("<IIII", 1, 0, len(fr), len(fr)) + fr)
-
     def test_counts_by_source_and_tag(self):
         with tempfile.TemporaryDirectory() as d:
-            self._pcap(d, "f.pcap", [self._frame(1, 100), self._frame(1, 100, v6=True),
-                                     self._frame(1), self._frame(2, 100, dport=4789),
-                                     self._frame(2, 7)[:20]])
-            self.assertEqual(vmharness.roce_frames_by_vlan(os.path.join(d, "f.pcap")),
+            path = write_pcap(os.path.join(d, "f.pcap"),
+                              [self._frame(1, 100), self._frame(1, 100, v6=True), self._frame(1),
+                               self._frame(2, 100, dport=4789), self._frame(2, 7)[:20]])
+            self.assertEqual(vmharness.roce_frames_by_vlan(path),
                              {("52:54:00:fe:10:01", 100): 2, ("52:54:00:fe:10:01", 0): 1})
 
     def test_tags_must_survive_host_networking(self):
         with tempfile.TemporaryDirectory() as d:
             # Node 2's fabric got node 1's frames tagged; node 1's got node 2's untagged.
-            self._pcap(d, "fabric1.pcap", [self._frame(1, 100), self._frame(2)])
-            self._pcap(d, "fabric2.pcap", [self._frame(2, 100), self._frame(1, 100)])
+            write_pcap(os.path.join(d, "fabric1.pcap"), [self._frame(1, 100), self._frame(2)])
+            write_pcap(os.path.join(d, "fabric2.pcap"), [self._frame(2, 100), self._frame(1, 100)])
             problems = vmharness.check_split_vlan(d, 2, 100)
             self.assertEqual(len(problems), 1, problems)
             self.assertIn("fabric1.pcap: no RoCEv2 frame from node 2 (52:54:00:fe:10:02) "
                           "tagged with VLAN 100", problems[0])
             self.assertIn("VLAN none: 1", problems[0])
-            self._pcap(d, "fabric1.pcap", [self._frame(2, 100)])
+            write_pcap(os.path.join(d, "fabric1.pcap"), [self._frame(2, 100)])
             self.assertEqual(vmharness.check_split_vlan(d, 2, 100), [])
 
     def test_config(self):
