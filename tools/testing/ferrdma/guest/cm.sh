@@ -104,18 +104,19 @@ cm_setup() {
 # cm_expect_res_unchanged WHAT: waits (up to 20 s: a killed process's objects go
 # asynchronously) until the device's restrack counts and the cm_id list equal those from
 # cm_setup; fails naming WHAT otherwise.
+# Both lists come from one rdma process (batch mode), read as they were read before.
 cm_expect_res_unchanged() {
-	local end=$((SECONDS + 20)) res cmid
+	local end=$((SECONDS + 20)) now want
+	want=$(printf '%s\n%s\n' "$CM_RES_BEFORE" "$CM_CMID_BEFORE")
 	while :; do
-		res=$(rdma res show "$EVENTS_DEV")
-		cmid=$(rdma res show cm_id)
-		[ "$res" = "$CM_RES_BEFORE" ] && [ "$cmid" = "$CM_CMID_BEFORE" ] && return 0
+		now=$(printf 'res show %s\n' "$EVENTS_DEV" cm_id | rdma -b -)
+		[ "$now" = "$want" ] && return 0
 		[ "$SECONDS" -lt "$end" ] || break
 		nap 0.2
 	done
-	echo "cm_ids now: $cmid" >&2
+	echo "restrack counts and cm_ids now: $now" >&2
 	rdma res show qp >&2 || true
-	fail "objects left behind after $1: before: $CM_RES_BEFORE; after: $res"
+	fail "objects left behind after $1: before: $CM_RES_BEFORE; after: ${now%%$'\n'*}"
 }
 
 # cm_teardown WHAT: the leak checks, device down, kmemleak.
@@ -130,8 +131,13 @@ cm_teardown() {
 }
 
 # cm_listening PORT: true if rdma_cm shows a listener on PORT.
+# (One exec a poll: the greps it had cost more than the rdma.)
 cm_listening() {
-	rdma res show cm_id 2>/dev/null | grep LISTEN | has_line "src-addr [^ ]*[:.]$1( |$)"
+	local line re="src-addr [^ ]*[:.]$1( |$)"
+	while IFS= read -r line; do
+		[[ $line == *LISTEN* && $line =~ $re ]] && return 0
+	done <<< "$(rdma res show cm_id 2>/dev/null)"
+	return 1
 }
 
 # cm_wait_listener PID PORT LOG: waits up to 20 s until the server PID listens on rdma_cm PORT
