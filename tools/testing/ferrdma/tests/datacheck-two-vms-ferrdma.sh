@@ -33,7 +33,7 @@
 # Then RoCE over VLAN 100 (guest/vlan.sh): both ports stay bound to eth0 when eth0.100 appears
 # and get its GID; verbs-datacheck over the VLAN GIDs node 1 -> node 2 (that the frames are
 # tagged is shown with rxe, which takes no untagged frame for a VLAN GID:
-# datacheck-rxe-ferrdma). Then no verbs object is left and kmemleak is clean on both.
+# interop-rxe-ferrdma). Then no verbs object is left and kmemleak is clean on both.
 . "$FERRDMA_HARNESS/guest/datacheck.sh"
 . "$FERRDMA_HARNESS/guest/mcast.sh"
 . "$FERRDMA_HARNESS/guest/vlan.sh"
