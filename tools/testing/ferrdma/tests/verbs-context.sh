@@ -13,7 +13,7 @@
 #   * one unprivileged user cannot take every user context (each owns a doorbell page): uid
 #     65534 gets 1024 (a quarter of the 4096 doorbell pages) and then EDQUOT, and root can
 #     still open one while it holds them;
-#   * 20 open/close cycles of stock libibverbs (ibv_devinfo) and 1100 raw ones by uid 65534
+#   * 5 open/close cycles of stock libibverbs (ibv_devinfo) and 1100 raw ones by uid 65534
 #     (context, doorbell mmap, PD; more than the user's quota of 1024, so a doorbell page or
 #     quota slot that a close keeps makes a later cycle fail) leave no
 #     context or PD behind (rdma res) and no kmemleak report: ucontexts, PDs, doorbell pages
@@ -61,8 +61,9 @@ grep -qx 'case root.context_while_nobody_holds 0' <<<"$quota" \
 	|| fail "root could not open a context while uid 65534 held its 1024: $quota"
 expect_no_verbs_objects
 
-note "20 open/close cycles of ibv_devinfo"
-for i in $(seq 20); do
+# Five: the 1100 raw cycles below are the ones that count (20 of ibv_devinfo took 10 s).
+note "5 open/close cycles of ibv_devinfo"
+for i in 1 2 3 4 5; do
 	ibv_devinfo -d ferrdma0 > /dev/null || fail "ibv_devinfo failed in cycle $i"
 done
 cycles=$(python3 "$FERRDMA_HARNESS/guest/uverbs_raw.py" context-cycles "$dev" 1100) || fail "context-cycles broke: $cycles"
@@ -72,5 +73,5 @@ grep -qx 'case nobody.context_cycles 0 done=1100' <<<"$cycles" \
 expect_no_verbs_objects
 
 unload_ferrdma
-kmemleak_check "320 open/close cycles and rmmod"
+kmemleak_check "1105 open/close cycles and rmmod"
 note "verbs-context test passed"
