@@ -475,6 +475,13 @@ upstream rust_doctests_kernel
         scripts = {tc.name: tc.kind for tc in run_tests_discover()}
         self.assertEqual(manifest.check(m, scripts, set(m.vm), set(m.kunit + m.upstream)), [])
 
+    def test_a_filter_that_matches_nothing_is_named(self):
+        rt = run_tests_module()
+        names = ["harness:timeout", "probe", "verbs-two-vms"]
+        self.assertEqual(rt.unmatched_filters(["verbs-*", "prboe", "harness:*"], names),
+                         ["prboe"])
+        self.assertEqual(rt.unmatched_filters([], names), [])
+
 
 class EarlyExitReaderTest(unittest.TestCase):
     """No `| grep -q`, `| grep -m` or `| head` in shell code that runs under pipefail.
