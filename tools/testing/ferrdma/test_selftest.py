@@ -5,13 +5,17 @@ Run by run-tests (as the "selftest:*" TAP lines) and standalone:
     python3 -m unittest -v test_selftest      (from this directory)
 """
 
+import contextlib
+import io
 import os
 import re
 import struct
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -1303,6 +1307,124 @@ class KernelVariantTest(unittest.TestCase):
                 loads_ulps = "guest/ulp.sh" in f.read()
             with self.subTest(test=tc.name):
                 self.assertEqual(tc.ulp, loads_ulps)
+
+
+class BootGroupTest(unittest.TestCase):
+    """Tests that share a boot (boot-group=): which may, how each is judged, and that a
+    failure makes the tests after it run in a new boot."""
+
+    def test_only_plain_one_vm_tests_share_a_boot(self):
+        header = parse_header_text
+        self.assertEqual(header("vms=1 timeout=300 boot-group=events").boot_group, "events")
+        for bad in ("vms=2 boot-group=x", "vms=1 smp=2 boot-group=x", "vms=1 mem=1024 boot-group=x",
+                    "vms=1 kunit=yes boot-group=x", "vms=1 alone=yes boot-group=x",
+                    "vms=1 nic=no boot-group=x", "vms=1 boot-group=Bad_Name"):
+            with self.subTest(header=bad), self.assertRaises(ValueError):
+                header(bad)
+
+    def test_groups_are_formed_where_their_first_member_was(self):
+        rt = run_tests_module()
+        tcs = [rt.TestCase(n, f"/t/{n}.sh", boot_group=g) for n, g in
+               (("a", "g"), ("b", ""), ("c", "g"), ("d", "h"), ("e", "g"))]
+        tcs[4].kasan = True  # moved to the KASAN kernel by --kasan: boots alone
+        out = rt.form_boot_groups(tcs)
+        self.assertEqual([rt.member_names(t) for t in out], [["a", "c"], ["b"], ["d"], ["e"]])
+        self.assertIsInstance(out[0], rt.BootGroup)
+        self.assertIs(out[2], tcs[3])  # a group of one is its test
+        self.assertEqual(out[0].timeout, 600.0)
+        self.assertEqual((out[0].vms, out[0].slots, out[0].alone), (1, 1, False))
+        # The scheduler expects a group to take its members' times.
+        order = rt.longest_first(out, {"a": 50, "c": 60, "b": 100, "d": 20, "e": 10})
+        self.assertEqual([t.name for t in order], ["boot-group:g", "b", "d", "e"])
+
+    @staticmethod
+    def _part(d, name, status=None, dmesg="", output="", extra=None):
+        pdir = os.path.join(d, "vm1", "seq", name)
+        os.makedirs(pdir)
+        files = {"timing": "script_start=10.00\nscript_end=20.00\nleakcheck_end=21.00\n",
+                 "dmesg": dmesg, "output": output, **(extra or {})}
+        if status is not None:
+            files["status"] = f"{status}\n"
+        for f, text in files.items():
+            with open(os.path.join(pdir, f), "w") as fh:
+                fh.write(text)
+
+    def _collect(self, d, names, console=""):
+        with open(os.path.join(d, "vm1.console"), "w") as f:
+            f.write(console)
+        cfg = vmharness.Config(script="", sequence=tuple(
+            vmharness.Part(n, f"/t/{n}.sh", 300.0) for n in names))
+        vm = vmharness.VmResult(1)
+        vmharness._collect_sequence(vm, d, cfg)
+        return vm
+
+    def test_each_part_is_judged_on_its_own_log(self):
+        warn = "[  30.1] WARNING: CPU: 0 PID: 1 at drivers/x.c:1 f+0x1/0x2\n"
+        with tempfile.TemporaryDirectory() as d:
+            self._part(d, "a", 0, dmesg="[  12.0] fine\n")
+            self._part(d, "b", 0, dmesg=warn)
+            self._part(d, "c", 0, extra={"left-behind": "the script left the ferrdma module loaded\n"})
+            # The console holds every part's messages: it is not held against a part that
+            # reported its status (its own dmesg is its log).
+            vm = self._collect(d, ["a", "b", "c", "d"], console=warn)
+        self.assertEqual(list(vm.parts), ["a", "b", "c"])  # d: not run
+        self.assertEqual(vm.parts["a"].problems, [])
+        self.assertTrue(any("splat" in p for p in vm.parts["b"].problems), vm.parts["b"].problems)
+        self.assertIn("the script left the ferrdma module loaded", vm.parts["c"].problems)
+
+    def test_a_part_that_left_no_status_gets_the_console_and_the_vm_problems(self):
+        oops = "[  40.0] BUG: kernel NULL pointer dereference, address: 0000000000000000\n"
+        with tempfile.TemporaryDirectory() as d:
+            self._part(d, "a", 0)
+            self._part(d, "b", None)
+            vm = vmharness.VmResult(1, timed_out=True)
+            with open(os.path.join(d, "vm1.console"), "w") as f:
+                f.write(oops)
+            cfg = vmharness.Config(script="", sequence=tuple(
+                vmharness.Part(n, f"/t/{n}.sh", 300.0) for n in ("a", "b", "c")))
+            vmharness._collect_sequence(vm, d, cfg)
+        self.assertEqual(list(vm.parts), ["a", "b"])
+        self.assertEqual(vm.parts["a"].problems, [])
+        b = " | ".join(vm.parts["b"].problems)
+        self.assertIn("did not report", b)
+        self.assertIn("splat", b)
+        self.assertIn("timed out", b)
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "vm1"))
+            vm = self._collect(d, ["a", "b"], console=oops)  # the guest never ran a script
+        self.assertEqual(list(vm.parts), ["a"])
+        self.assertTrue(vm.parts["a"].problems)
+
+    def test_the_tests_after_a_failure_run_in_a_new_boot(self):
+        rt = run_tests_module()
+        members = [rt.TestCase(n, f"/t/{n}.sh", boot_group="g") for n in "abcd"]
+        grp = rt.BootGroup("g", members)
+        boots = []
+
+        def fake_run(cfg):
+            names = [p.name for p in cfg.sequence]
+            boots.append(names)
+            vm = vmharness.VmResult(1)
+            for n in names:
+                part = vmharness.VmResult(1, status=0, script_seconds=5.0, share=f"/x/{n}")
+                if n == "b" and len(boots) == 1:
+                    part.status = 1
+                    part.problems.append("the script exited with status 1")
+                vm.parts[n] = part
+                if part.status:
+                    break
+            return vmharness.RunResult(cfg.logdir, [vm], 1.0)
+
+        out = io.StringIO()
+        opts = types.SimpleNamespace(no_nic=False, kernel="k", ko="ko", nic="nic")
+        durations = {}
+        with mock.patch.object(rt.vh, "run", fake_run), contextlib.redirect_stdout(out):
+            tap = rt.Tap()
+            rt.run_boot_group(tap, grp, opts, "/runs", {}, None, durations)
+        self.assertEqual(boots, [["a", "b", "c", "d"], ["c", "d"]])
+        lines = [ln for ln in out.getvalue().splitlines() if ln.startswith(("ok", "not ok"))]
+        self.assertEqual(lines, ["ok 1 - a", "not ok 2 - b", "ok 3 - c", "ok 4 - d"])
+        self.assertEqual(sorted(durations), ["a", "b", "c", "d"])
 
 
 if __name__ == "__main__":

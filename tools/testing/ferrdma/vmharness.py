@@ -376,9 +376,21 @@ def _wait_for_socket(path: str, owner: Child, seconds: float) -> None:
 # --------------------------------------------------------------------------------------------
 # Configuration and results
 
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One script of a boot that several share (Config.sequence)."""
+    name: str  # a test name: its directory in the share, seq/NAME
+    script: str
+    timeout: float  # the test's own limit (the script gets guest_script_timeout of it)
+    args: tuple[str, ...] = ()
+
+
+PART_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
 @dataclasses.dataclass
 class Config:
-    script: str  # the guest script (run with bash)
+    script: str  # the guest script (run with bash); unused with a sequence
     args: list[str] = dataclasses.field(default_factory=list)
     vms: int = 1
     timeout: float = 300.0  # seconds, from the first QEMU start to the last guest's power-off
@@ -453,6 +465,10 @@ class Config:
     on_output: Callable[[int, str], None] | None = None
     # Progress messages (a line of text each).
     on_progress: Callable[[str], None] | None = None
+    # One VM runs these scripts one after another in one boot (run-tests' boot-group=)
+    # instead of `script`; each gets a VmResult of its own (VmResult.parts). `timeout` is then
+    # the whole boot's.
+    sequence: tuple[Part, ...] = ()
 
 
 @dataclasses.dataclass
@@ -471,6 +487,10 @@ class VmResult:
     problems: list[str] = dataclasses.field(default_factory=list)  # why it failed
     # The script's announced retries ("PART: CAUSE", from guest/lib.sh's `retrying`).
     retries: list[str] = dataclasses.field(default_factory=list)
+    # With Config.sequence: the result of each part that ran, by name, in order (those after
+    # a failed one are missing: not run). The VM's own problems are also its last part's.
+    parts: dict[str, VmResult] = dataclasses.field(default_factory=dict)
+    share: str = ""  # the directory with this result's output, dmesg, status...
 
     @property
     def ok(self) -> bool:
@@ -506,8 +526,10 @@ class RunResult:
 # --------------------------------------------------------------------------------------------
 # The guest's job file
 
-def job_file_text(env: dict[str, str], args: list[str], script_timeout: int) -> str:
-    """The guest init sources this (bash): exported env, the script's arguments, its timeout."""
+def job_file_text(env: dict[str, str], args: list[str], script_timeout: int,
+                  sequence: list[str] | None = None) -> str:
+    """The guest init sources this (bash): exported env, the script's arguments, its timeout
+    and, for a shared boot, the names of its parts (each has a job of its own)."""
     lines = ["# Written by the ferrdma VM harness for guest/init (bash syntax)."]
     for k, v in env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
@@ -515,6 +537,8 @@ def job_file_text(env: dict[str, str], args: list[str], script_timeout: int) -> 
         lines.append(f"export {k}={shlex.quote(v)}")
     lines.append(f"ferrdma_script_timeout={int(script_timeout)}")
     lines.append("ferrdma_args=(" + " ".join(shlex.quote(a) for a in args) + ")")
+    if sequence:
+        lines.append("ferrdma_sequence=(" + " ".join(shlex.quote(n) for n in sequence) + ")")
     return "\n".join(lines) + "\n"
 
 
@@ -1137,7 +1161,16 @@ def run(cfg: Config) -> RunResult:
     if not in_sysroot():
         raise HarnessError("the VM harness must run inside the ferrdma sysroot "
                            "(scripts/in-sysroot.sh)")
-    for what, path in (("script", cfg.script), ("kernel", cfg.kernel)):
+    if cfg.sequence:
+        names = [p.name for p in cfg.sequence]
+        if cfg.vms != 1 or cfg.kasan or cfg.check_pcap or cfg.split_fabric or cfg.replug:
+            raise HarnessError("a shared boot (sequence) is for one VM, without KASAN, capture "
+                               "checks, split fabrics or replugging")
+        bad = [n for n in names if not PART_NAME.match(n)]
+        if bad or len(set(names)) != len(names):
+            raise HarnessError(f"sequence names {names}: distinct, of [a-z0-9_.-]")
+    scripts = [p.script for p in cfg.sequence] or [cfg.script]
+    for what, path in [*(("script", p) for p in scripts), ("kernel", cfg.kernel)]:
         if not os.path.isfile(path):
             raise HarnessError(f"{what} {path} does not exist")
     if cfg.nic is not None and not os.access(cfg.nic, os.X_OK):
@@ -1166,7 +1199,8 @@ def run(cfg: Config) -> RunResult:
     progs = progs_dir()
     for node in range(1, cfg.vms + 1):
         share = os.path.join(logdir, f"vm{node}")
-        shutil.copyfile(cfg.script, os.path.join(share, "script"))
+        if not cfg.sequence:
+            shutil.copyfile(cfg.script, os.path.join(share, "script"))
         env = {
             "FERRDMA_NODE": str(node),
             "FERRDMA_NVMS": str(cfg.vms),
@@ -1178,7 +1212,7 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_KBUILD": kernel_build_dir(cfg.kernel),
             "FERRDMA_RESULTS": f"{GUEST_SHARE}/results",
             "FERRDMA_HARNESS": HARNESS_DIR,
-            "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script),
+            "FERRDMA_SCRIPT_NAME": os.path.basename(cfg.script) if not cfg.sequence else "",
             "FERRDMA_HAVE_NIC": "1" if has_nic(cfg, node) else "0",
             "FERRDMA_ACCEL": cfg.accel,
             "FERRDMA_KVERBS_DIR": kverbs_dir,
@@ -1188,9 +1222,22 @@ def run(cfg: Config) -> RunResult:
             "FERRDMA_KASAN_PROOF": "1" if cfg.kasan else "0",
         }
         with open(os.path.join(share, "job"), "w") as f:
-            f.write(job_file_text(env, cfg.args, script_timeout))
+            f.write(job_file_text(env, cfg.args, script_timeout,
+                                  [p.name for p in cfg.sequence]))
+        for part in cfg.sequence:
+            pdir = os.path.join(share, "seq", part.name)
+            os.makedirs(os.path.join(pdir, "results"))
+            shutil.copyfile(part.script, os.path.join(pdir, "script"))
+            penv = {"FERRDMA_SCRIPT_NAME": os.path.basename(part.script),
+                    "FERRDMA_RESULTS": f"{GUEST_SHARE}/seq/{part.name}/results"}
+            with open(os.path.join(pdir, "job"), "w") as f:
+                f.write(job_file_text(penv, list(part.args),
+                                      guest_script_timeout(part.timeout)
+                                      if cfg.guest_timeout else 0))
     with open(os.path.join(logdir, "command"), "w") as f:
-        f.write(f"script: {cfg.script} {shlex.join(cfg.args)}\nvms: {cfg.vms}\n"
+        what = (" ".join(p.name for p in cfg.sequence) if cfg.sequence
+                else f"{cfg.script} {shlex.join(cfg.args)}")
+        f.write(f"script{'s in one boot' if cfg.sequence else ''}: {what}\nvms: {cfg.vms}\n"
                 f"timeout: {cfg.timeout:.0f}s (script in guest: {script_timeout or 'none'})\n"
                 f"kernel: {cfg.kernel}\nko: {cfg.ko}\nnic: {cfg.nic or 'none'}\n"
                 f"nodes with a NIC: {nic_nodes_text(cfg)}\n"
@@ -1371,7 +1418,10 @@ def run(cfg: Config) -> RunResult:
             for line in nic_log.splitlines():
                 if "panicked at" in line:
                     vm.problems.append(f"nic{i + 1} panicked: {line.strip()}")
-        _collect(vm, logdir, cfg, script_timeout)
+        if cfg.sequence:
+            _collect_sequence(vm, logdir, cfg)
+        else:
+            _collect(vm, logdir, cfg, script_timeout)
     return RunResult(logdir, results, wall, run_problems)
 
 
@@ -1427,10 +1477,48 @@ def retries(output: str) -> list[str]:
             if line.startswith(RETRY_PREFIX)]
 
 
-def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> None:
-    """Reads a finished VM's share and console, and records what went wrong."""
+def _collect_sequence(vm: VmResult, logdir: str, cfg: Config) -> None:
+    """A shared boot's results: vm.parts gets one VmResult for each part that ran, read from
+    its directory like a boot of its own (_collect), but with the console's splats only for
+    a part that left no status (the guest crashed, hung or was killed while it ran: what the
+    console shows is its). The VM's own problems (QEMU, the NIC, the harness's timeout) go to
+    the part that was running, else to the last that ran; if none ran, to the first part."""
+    share = os.path.join(logdir, f"vm{vm.node}")
+    vm.share = share
+    for part in cfg.sequence:
+        pdir = os.path.join(share, "seq", part.name)
+        if not os.path.exists(os.path.join(pdir, "timing")):
+            break  # never started: the guest went down, or an earlier part ended the sequence
+        r = VmResult(vm.node)
+        _collect(r, logdir, cfg, guest_script_timeout(part.timeout) if cfg.guest_timeout else 0,
+                 share=pdir, console=None)
+        left = _read(os.path.join(pdir, "left-behind"))
+        if left:
+            r.problems.append(left.strip())
+        vm.parts[part.name] = r
+        if r.status is None:
+            break
+    if not vm.parts:
+        first = cfg.sequence[0]
+        r = VmResult(vm.node)
+        _collect(r, logdir, cfg, 0, share=os.path.join(share, "seq", first.name), console=True)
+        vm.parts[first.name] = r
+    last = next(reversed(vm.parts.values()))
+    if vm.timed_out:
+        last.problems.append(f"timed out: the guest was still running after {cfg.timeout:.0f}s "
+                             f"(the shared boot's limit) and was killed")
+    last.problems += vm.problems
+    vm.status = last.status
+
+
+def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int,
+             share: str | None = None, console: bool | None = True) -> None:
+    """Reads a finished VM's share (or `share`: a part's directory in it) and console, and
+    records what went wrong. console: scan the console for splats; None: only when the script
+    left no status (a part of a shared boot, whose own kernel log is its dmesg)."""
     n = vm.node
-    share = os.path.join(logdir, f"vm{n}")
+    share = share or os.path.join(logdir, f"vm{n}")
+    vm.share = share
     vm.output = _read(os.path.join(share, "output")) or ""
     vm.retries = retries(vm.output)
     status = _read(os.path.join(share, "status"))
@@ -1446,13 +1534,15 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int) -> Non
     console_path = os.path.join(logdir, f"vm{n}.console")
     dmesg_path = os.path.join(share, "dmesg")
     found: list[splat.Splat] = []
-    for path, label in ((console_path, f"vm{n}.console"), (dmesg_path, f"vm{n}/dmesg")):
-        if os.path.exists(path):
+    scan_console = console or (console is None and vm.status is None)
+    dmesg_label = os.path.relpath(dmesg_path, logdir)
+    for path, label in ((console_path, f"vm{n}.console"), (dmesg_path, dmesg_label)):
+        if os.path.exists(path) and (path != console_path or scan_console):
             found += splat.scan_file(path, label)
     vm.splats = splat.dedup(found)
     # KUnit: the dmesg dump is complete (log_buf_len); the console is the fallback after a crash.
     log_for_kunit = dmesg_path if os.path.exists(dmesg_path) else console_path
-    if os.path.exists(log_for_kunit):
+    if os.path.exists(log_for_kunit) and (log_for_kunit != console_path or scan_console):
         vm.kunit = ktap.parse_file(log_for_kunit)
 
     if cfg.kasan and os.path.exists(console_path):

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # ibv_resize_cq on ferrdma0 through stock libirdma (irdma's CQ_RESIZE: a new ring registered,
 # MODIFY_CQ, the old ring polled empty by libirdma, then deregistered): both CQs of a loopback

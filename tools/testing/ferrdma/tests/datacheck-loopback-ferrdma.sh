@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=600
+# ferrdma-test: vms=1 timeout=600 boot-group=device
 #
 # Every byte through ferrdma0's loopback, checked by our own verbs program
 # (progs/verbs-datacheck.c, guest/datacheck.sh): RC SEND, SEND_WITH_IMM, WRITE,

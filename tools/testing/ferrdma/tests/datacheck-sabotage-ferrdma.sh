@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=600
+# ferrdma-test: vms=1 timeout=600 boot-group=device
 #
 # The data check can fail: with the NIC's test-only sabotage knob armed through the fabric's
 # control socket (`sabotage nic:0 write-byte=OFFSET`: the responder flips the lowest bit of

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # ibv_reg_dmabuf_mr on ferrdma0 through stock libirdma (issue 17, item 4; progs/dmabuf-mr.c):
 # part of a udmabuf (a memfd turned into a dma-buf in the guest) registered as an MR takes an

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # Faults and the events they raise, on ferrdma0 (the same program as the rxe baseline):
 # an RDMA WRITE with a wrong rkey completes with a remote access error and raises the QP

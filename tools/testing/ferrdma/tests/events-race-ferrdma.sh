@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # Completions racing the arm on ferrdma0: 100 rounds of 8 SENDs posted while the consumer arms
 # and polls with the standard loop (check 6b of progs/solicited-events.c); every completion must

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # CQ arming and completion events on ferrdma0 (the same program as the rxe baseline):
 # solicited-only arms ignore unsolicited completions and wake on a solicited one, one event

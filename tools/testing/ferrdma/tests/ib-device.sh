@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=device
 #
 # The RDMA device: after insmod the driver registers ferrdma0 with one RoCEv2 port bound to
 # eth0 (the virtio-net with the NIC's MAC). Checks, with stock iproute2 (rdma) and sysfs:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400
+# ferrdma-test: vms=1 timeout=400 boot-group=device
 #
 # Kernel verbs of a kernel consumer on ferrdma0: kmod/ferrdma_kverbs_test.ko's checks of
 # kernel CQs (IB_POLL_DIRECT, IB_POLL_SOFTIRQ, ib_create_cq with a comp_handler) and RC/UD

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=600
+# ferrdma-test: vms=1 timeout=600 boot-group=verbs
 #
 # Q_Key spoofing (issue 14, defect 8): a user UD QP that puts GSI's controlled Q_Key
 # 0x80010000 in its work request to send a MAD to QP1 (a forged CM MAD, say) must not reach

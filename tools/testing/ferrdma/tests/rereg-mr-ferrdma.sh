@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=events
 #
 # ibv_rereg_mr on ferrdma0 through stock libirdma (issue 17, item 4; progs/rereg-mr.c): a new
 # translation, access rights taken away and given back, another PD; RDMA WRITEs from a loopback

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=verbs
 #
 # A process holding a user context:
 #   * stock ibv_asyncwatch sees IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE on port 1 when the

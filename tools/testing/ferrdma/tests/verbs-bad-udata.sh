@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=verbs
 #
 # Hostile driver data on alloc_ucontext, sent raw (guest/uverbs_raw.py, no libibverbs): the
 # driver answers with errors, never an oops, and leaks nothing. Expected, per the irdma ABI:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400
+# ferrdma-test: vms=1 timeout=400 boot-group=verbs
 #
 # Verbs object churn through stock pyverbs + libirdma (guest/verbs_churn.py): 1000 random
 # operations creating and destroying contexts, PDs, CQs, MRs (ib_umem-pinned, random sizes and

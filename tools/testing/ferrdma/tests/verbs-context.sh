@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=300
+# ferrdma-test: vms=1 timeout=300 boot-group=device
 #
 # Stock libibverbs + libirdma open ferrdma0: the driver's irdma ABI (driver id, ABI 5, the
 # GEN_2 ucontext response), the doorbell page mmap of BAR2 and the PD libirdma allocates at

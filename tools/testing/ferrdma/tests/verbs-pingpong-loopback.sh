@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400
+# ferrdma-test: vms=1 timeout=400 boot-group=verbs
 #
 # Stock ibv_rc_pingpong and ibv_ud_pingpong (libibverbs examples over libirdma) between two
 # processes on one VM, through ferrdma0's RoCE v2 GID: user MRs pinned with ib_umem, the

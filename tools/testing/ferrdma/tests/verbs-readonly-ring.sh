@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# ferrdma-test: vms=1 timeout=400
+# ferrdma-test: vms=1 timeout=400 boot-group=verbs
 #
 # The device never writes memory the user could not write: an unprivileged process (uid
 # 65534) maps a root-owned 0644 file on tmpfs PROT_READ, MAP_SHARED (its page-cache pages) and
