@@ -131,13 +131,8 @@ cm_teardown() {
 }
 
 # cm_listening PORT: true if rdma_cm shows a listener on PORT.
-# (One exec a poll: the greps it had cost more than the rdma.)
 cm_listening() {
-	local line re="src-addr [^ ]*[:.]$1( |$)"
-	while IFS= read -r line; do
-		[[ $line == *LISTEN* && $line =~ $re ]] && return 0
-	done <<< "$(rdma res show cm_id 2>/dev/null)"
-	return 1
+	rdma res show cm_id 2>/dev/null | grep LISTEN | has_line "src-addr [^ ]*[:.]$1( |$)"
 }
 
 # cm_wait_listener PID PORT LOG: waits up to 20 s until the server PID listens on rdma_cm PORT
