@@ -83,19 +83,22 @@ rows_of() {
 		# perftest's "Correlation coefficient r^2 below 0.9" (its CPU clock estimate failed)
 		# can land inside a row, and a row measured with the failed estimate reads 0: such
 		# rows are left out (noted), so a figure may have fewer repetitions than asked for.
-		if ! [[ $line =~ ^[0-9]+( +[0-9]+(\.[0-9]+)?)+$ ]] || [[ $line =~ ^[0-9]+\ +[0-9]+\ +0\.0+\  ]]; then
+		# The latency tools' stdev column reads "-nan" when the samples vary a lot (rxe under
+		# TCG: 5 ms to 165 ms in 20 exchanges); it is not a figure we keep, so only the
+		# columns kept must be numbers.
+		if ! [[ $line =~ ^[0-9]+( +([0-9]+(\.[0-9]+)?|-?nan))+$ ]] || [[ $line =~ ^[0-9]+\ +[0-9]+\ +0\.0+\  ]]; then
 			note "bench: $scope $dev $label rep $rep: row left out: $line"
 			continue
 		fi
 		read -r -a a <<< "$line"
 		case $tool in
 		*_bw)
-			[ "${#a[@]}" -ge 5 ] || continue
+			[ "${#a[@]}" -ge 5 ] && [[ ${a[3]}/${a[4]} != *nan* ]] || continue
 			row "$scope" "$dev" "$label" "${a[0]}" "$rep" MiBps "${a[3]}"
 			row "$scope" "$dev" "$label" "${a[0]}" "$rep" Mpps "${a[4]}"
 			;;
 		*_lat)
-			[ "${#a[@]}" -ge 9 ] || continue
+			[ "${#a[@]}" -ge 9 ] && [[ ${a[4]}/${a[7]} != *nan* ]] || continue
 			row "$scope" "$dev" "$label" "${a[0]}" "$rep" median_us "${a[4]}"
 			row "$scope" "$dev" "$label" "${a[0]}" "$rep" p99_us "${a[7]}"
 			;;
