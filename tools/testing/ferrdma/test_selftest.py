@@ -578,7 +578,7 @@ class LongestFirstTest(unittest.TestCase):
         # c never ran: 900 / 3 = 300 s expected; a and d tie and keep their order.
         self.assertEqual([tc.name for tc in order], ["c", "b", "a", "d"])
 
-    def test_a_two_vm_test_runs_beside_one_one_vm_test(self):
+    def test_a_two_vm_test_runs_beside_one_one_vm_test_or_one_two_vm_test(self):
         rt = run_tests_module()
         one = [rt.TestCase(name=f"one{i}", path="x") for i in range(3)]
         two = [rt.TestCase(name=f"two{i}", path="x", vms=2) for i in range(2)]
@@ -590,11 +590,17 @@ class LongestFirstTest(unittest.TestCase):
         self.assertTrue(ok(one[0], [two[0]], 2))
         self.assertFalse(ok(one[1], [two[0], one[0]], 2))
         self.assertFalse(ok(two[0], one[:2], 2))
-        self.assertFalse(ok(two[1], [two[0]], 2))
-        # A two-VM test of one slot: beside one one-VM test, never beside another two-VM one.
+        # Two two-VM tests side by side, unless one has two vCPUs per VM.
+        self.assertTrue(ok(two[1], [two[0]], 2))
+        self.assertFalse(ok(one[0], two, 2))
+        wide = rt.TestCase(name="wide", path="x", vms=2, smp=2)
+        self.assertFalse(ok(wide, [two[0]], 2))
+        self.assertFalse(ok(two[0], [wide], 2))
+        self.assertTrue(ok(one[0], [wide], 2))
+        # A two-VM test of one slot: beside one one-VM test or one two-VM test.
         self.assertTrue(ok(waits, [one[0]], 2))
         self.assertFalse(ok(one[1], [waits, one[0]], 2))
-        self.assertFalse(ok(two[0], [waits], 2))
+        self.assertTrue(ok(two[0], [waits], 2))
         # --jobs 1: one test at a time (a two-VM test, wider than that, runs after the others,
         # with the alone=yes tests).
         self.assertFalse(ok(one[1], [one[0]], 1))
