@@ -4,8 +4,10 @@
 #
 #   1. the host's single-thread memcpy bandwidth (bench/memcpy.py, in the sysroot);
 #   2. the NIC alone: two NICs with engine threads on a running fabric, no VMs (the cargo
-#      test fabric_bench_write_stream), profiled with perf when the host has it: the top of
-#      the profile goes into the output (profile.txt);
+#      test fabric_bench_write_stream), and both engines stepped in one thread, which shows
+#      the data path's CPU cost per byte without the scheduler's noise
+#      (fabric_bench_engines_in_one_thread); profiled with perf when the host has it: the top
+#      of the profile goes into the output (profile.txt);
 #   3. two VMs booted with ferrdma NICs and a second LAN for rxe (ferrdma-vm --rxe-lan), the
 #      fabric's capture off (--no-capture):
 #      bench/bench.sh runs stock perftest and cmtime on ferrdma0 and rxe0, loopback and

@@ -61,6 +61,21 @@ impl Engine {
         ext: ExtHeaders,
         payload: &[u8],
     ) -> Result<usize, PathError> {
+        let h = self.tx_headers(a, bth, ext)?;
+        let frame = build(&h, payload)?;
+        Ok(self.tx_queue(&h, frame, payload.len()))
+    }
+
+    /// The headers of the next frame to the path `a` (an IPv4 identification is used up),
+    /// for a frame the caller builds with [`crate::wire::build_with`] and hands to
+    /// [`Engine::tx_queue`]: its payload is then read from guest memory straight into the
+    /// frame. Fails while the port is down, the outbox is full or the source GID is gone.
+    pub(super) fn tx_headers(
+        &mut self,
+        a: &QpAttrs,
+        bth: Bth,
+        ext: ExtHeaders,
+    ) -> Result<Headers, PathError> {
         if !self.port.link_up {
             return Err(PathError::LinkDown);
         }
@@ -99,7 +114,7 @@ impl Engine {
             sgid.mac
         };
         let vlan = av_vlan(a);
-        let h = Headers {
+        Ok(Headers {
             eth: EthHeader {
                 dst: a.dmac,
                 src: src_mac,
@@ -113,14 +128,19 @@ impl Engine {
             },
             bth: Bth { pkey: PKEY, ..bth },
             ext,
-        };
-        let frame = build(&h, payload)?;
+        })
+    }
+
+    /// Counts `frame` (built from `h`, `payload_len` payload bytes) and queues it for the
+    /// fabric; returns its length.
+    pub(super) fn tx_queue(&mut self, h: &Headers, frame: Vec<u8>, payload_len: usize) -> usize {
         self.stats.tx_packets += 1;
-        self.stats.tx_bytes += payload.len() as u64;
-        self.count_tx(v4, vlan.is_some(), frame.len(), bth.opcode);
+        self.stats.tx_bytes += payload_len as u64;
+        let v4 = matches!(h.ip, IpHeader::V4(_));
+        self.count_tx(v4, h.eth.vlan.is_some(), frame.len(), h.bth.opcode);
         let len = frame.len();
         self.outbox.push_back(frame);
-        Ok(len)
+        len
     }
 
     /// Frames that may leave for the fabric at `now_us`, oldest first (the caller sends them
@@ -152,6 +172,16 @@ impl Engine {
     }
 }
 
+/// The 802.1Q tag of a path: its VLAN with the priority from the traffic class (DSCP's top
+/// three bits), if the AV has `AV_FLAG_VLAN`.
+pub(super) fn av_vlan(a: &QpAttrs) -> Option<Vlan> {
+    (a.av_flags & AV_FLAG_VLAN != 0).then_some(Vlan {
+        pcp: a.traffic_class >> 5,
+        dei: false,
+        vid: a.vlan_id & 0xfff,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,14 +195,4 @@ mod tests {
         v6[0] = 0xfe;
         assert!(!is_v4_mapped(&v6));
     }
-}
-
-/// The 802.1Q tag of a path: its VLAN with the priority from the traffic class (DSCP's top
-/// three bits), if the AV has `AV_FLAG_VLAN`.
-pub(super) fn av_vlan(a: &QpAttrs) -> Option<Vlan> {
-    (a.av_flags & AV_FLAG_VLAN != 0).then_some(Vlan {
-        pcp: a.traffic_class >> 5,
-        dei: false,
-        vid: a.vlan_id & 0xfff,
-    })
 }

@@ -13,7 +13,7 @@ use crate::wire::aeth::{Aeth, NakCode, Syndrome};
 use crate::wire::bth::Bth;
 use crate::wire::ext::{Deth, Reth};
 use crate::wire::opcode as op;
-use crate::wire::{ExtHeaders, Headers};
+use crate::wire::{build_with, ExtHeaders, Headers};
 
 use super::exec::{sq_cqe, Outcome, Src};
 use super::mr::{MrTable, Need};
@@ -42,14 +42,38 @@ pub(super) fn bth(opcode: u8, dest_qp: u32, psn: u32) -> Bth {
     }
 }
 
-/// The next packet of a pending entry (its `sent`-th), and how many PSNs it covers.
-fn request_packet(
+/// Where a request packet's payload comes from: `len` bytes at message offset `off` of its
+/// pending entry ([`fill_payload`] copies them into the frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PayloadPart {
+    off: u64,
+    len: usize,
+}
+
+/// Copies the part `at` of `p`'s payload into `buf` (the frame's payload bytes).
+fn fill_payload(
     mem: &dyn GuestMemory,
     mrs: &MrTable,
     p: &Pending,
-    mtu: u32,
-    dqpn: u32,
-) -> Result<(Bth, ExtHeaders, Vec<u8>, u32), SegFault> {
+    at: PayloadPart,
+    buf: &mut [u8],
+) -> Result<(), SegFault> {
+    match &p.payload {
+        Payload::Inline(b) => {
+            let start = usize::try_from(at.off).map_err(|_| SegFault)?;
+            let src = b.get(start..start + at.len).ok_or(SegFault)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+        Payload::Guest(s) => s.read_at(mrs, mem, at.off, buf),
+        Payload::None if buf.is_empty() => Ok(()),
+        Payload::None => Err(SegFault),
+    }
+}
+
+/// The next packet of a pending entry (its `sent`-th): its headers, where its payload comes
+/// from, and how many PSNs it covers.
+fn request_packet(p: &Pending, mtu: u32, dqpn: u32) -> (Bth, ExtHeaders, PayloadPart, u32) {
     let mtu64 = u64::from(mtu);
     let mut ext = ExtHeaders::default();
     if let PendKind::Read { va, rkey, .. } = &p.kind {
@@ -66,23 +90,15 @@ fn request_packet(
             rkey: *rkey,
             dma_len: len as u32,
         });
-        return Ok((b, ext, Vec::new(), count));
+        return (b, ext, PayloadPart { off: 0, len: 0 }, count);
     }
     let k = p.sent;
     let off = u64::from(k) * mtu64;
-    let n = p.len.saturating_sub(off).min(mtu64) as usize;
-    let payload = match &p.payload {
-        Payload::Inline(b) => b
-            .get(off as usize..off as usize + n)
-            .ok_or(SegFault)?
-            .to_vec(),
-        Payload::Guest(s) => {
-            let mut buf = vec![0u8; n];
-            s.read_at(mrs, mem, off, &mut buf)?;
-            buf
-        }
-        Payload::None => Vec::new(),
+    let n = match &p.payload {
+        Payload::None => 0,
+        _ => p.len.saturating_sub(off).min(mtu64) as usize,
     };
+    let payload = PayloadPart { off, len: n };
     let first = k == 0;
     let last = k + 1 >= p.npkts;
     let mut b = bth(0, dqpn, psn_add(p.first_psn, k));
@@ -141,7 +157,7 @@ fn request_packet(
         }
         PendKind::Read { .. } => {}
     }
-    Ok((b, ext, payload, 1))
+    (b, ext, payload, 1)
 }
 
 impl Engine {
@@ -281,25 +297,39 @@ impl Engine {
             // A QP DCQCN paces asks for an ACK with every packet: at a low rate the next
             // ACK request could be further away than the retransmission timer.
             let paced = qp.cc.limiter.is_some();
-            let pkt = request_packet(env.mem, &self.mrs, p, mtu, attrs.dest_qpn);
-            let (mut b, ext, payload, covers) = match pkt {
-                Ok(x) => x,
-                Err(SegFault) => {
-                    self.stats.dma_faults += 1;
-                    self.fail_pending(env, qp_id, i, flush::PROT, ae::QP_LOCAL_ACCESS);
-                    return;
-                }
-            };
+            let (mut b, ext, part, covers) = request_packet(p, mtu, attrs.dest_qpn);
             b.ack_req |= paced;
-            match self.transmit(&attrs, b, ext, &payload) {
-                Ok(len) => self.cc_sent(env, qp_id, len),
+            let h = match self.tx_headers(&attrs, b, ext) {
+                Ok(h) => h,
                 Err(PathError::Full) => return,
                 Err(e) => {
                     log::debug!("QP {qp_id}: cannot send: {e}");
                     self.fail_pending(env, qp_id, i, flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
                     return;
                 }
-            }
+            };
+            let Some(p) = self.qp(qp_id).and_then(|q| q.req.pending.get(i)) else {
+                return;
+            };
+            // The payload goes from guest memory straight into the frame.
+            let built = build_with(&h, part.len, |buf| {
+                fill_payload(env.mem, &self.mrs, p, part, buf)
+            });
+            let frame = match built {
+                Ok(Ok(f)) => f,
+                Ok(Err(SegFault)) => {
+                    self.stats.dma_faults += 1;
+                    self.fail_pending(env, qp_id, i, flush::PROT, ae::QP_LOCAL_ACCESS);
+                    return;
+                }
+                Err(e) => {
+                    log::debug!("QP {qp_id}: cannot send: {e}");
+                    self.fail_pending(env, qp_id, i, flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
+                    return;
+                }
+            };
+            let len = self.tx_queue(&h, frame, part.len);
+            self.cc_sent(env, qp_id, len);
             let Some(qp) = self.qp_mut(qp_id) else { return };
             let mut resent = false;
             if let Some(p) = qp.req.pending.get_mut(i) {

@@ -20,7 +20,7 @@ use super::grh;
 use super::mr::Need;
 use super::path::{v4_mapped, PathError};
 use super::requester::bth;
-use super::seglist::{MrRange, Piece};
+use super::seglist::{MrRange, Piece, SegFault};
 use super::transport::{psn_add, psn_diff, ReadResp, RecvCtx, WriteCtx, PSN_MASK};
 use super::wqe;
 use super::{Engine, Env};
@@ -572,14 +572,7 @@ impl Engine {
             let (k, n) = (r.sent, r.npkts);
             let off = u64::from(k) * mtu;
             let len = r.src.len().saturating_sub(off).min(mtu) as usize;
-            let mut buf = vec![0u8; len];
             let psn = psn_add(r.first_psn, k);
-            if r.src.read_at(&self.mrs, env.mem, off, &mut buf).is_err() {
-                self.stats.dma_faults += 1;
-                self.send_ack(qpn, psn, Syndrome::Nak(NakCode::RemoteOperationalError));
-                self.remote_access_violation(env, qpn);
-                return;
-            }
             let opcode = match (k == 0, k + 1 >= n) {
                 (true, true) => op::RC_READ_RESPONSE_ONLY,
                 (true, false) => op::RC_READ_RESPONSE_FIRST,
@@ -596,8 +589,30 @@ impl Engine {
                 ..Default::default()
             };
             let attrs = q.attrs;
-            match self.transmit(&attrs, bth(opcode, attrs.dest_qpn, psn), ext, &buf) {
-                Ok(len) => self.cc_sent(env, qpn, len),
+            let sent = self
+                .tx_headers(&attrs, bth(opcode, attrs.dest_qpn, psn), ext)
+                .and_then(|h| {
+                    let Some(r) = self.qp(qpn).and_then(|q| q.resp.reads.front()) else {
+                        return Ok(None);
+                    };
+                    // The payload goes from guest memory straight into the frame.
+                    let built = wire::build_with(&h, len, |buf| {
+                        r.src.read_at(&self.mrs, env.mem, off, buf)
+                    })?;
+                    Ok(Some((h, built)))
+                });
+            match sent {
+                Ok(Some((h, Ok(frame)))) => {
+                    let bytes = self.tx_queue(&h, frame, len);
+                    self.cc_sent(env, qpn, bytes);
+                }
+                Ok(Some((_, Err(SegFault)))) => {
+                    self.stats.dma_faults += 1;
+                    self.send_ack(qpn, psn, Syndrome::Nak(NakCode::RemoteOperationalError));
+                    self.remote_access_violation(env, qpn);
+                    return;
+                }
+                Ok(None) => return,
                 Err(PathError::Full) => return,
                 Err(e) => {
                     log::debug!("QP {qpn}: READ response not sent: {e}");

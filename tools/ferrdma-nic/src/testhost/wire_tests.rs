@@ -1694,6 +1694,47 @@ fn lost_read_response_recovers_without_waiting_for_the_timer() {
     assert!(took < 100_000, "took {took} us of device time");
 }
 
+/// The requester reads each packet's payload from guest memory as it builds the frame: when
+/// the source MR is gone by then (here deregistered while the window waited for ACKs, so the
+/// retransmission reads it again), the WRITE completes with a protection error and the QP
+/// reports a local access error, as it would had the MR been gone when the WQE was taken.
+#[test]
+fn source_mr_gone_mid_write_is_a_local_protection_error() {
+    use std::sync::atomic::AtomicBool;
+    let p = Path {
+        mtu: 3,
+        ..Path::default()
+    };
+    let mut net = Net::new(1 << 20, p);
+    let blocked = Arc::new(AtomicBool::new(true));
+    let block = Arc::clone(&blocked);
+    net.drop_to_a = Some(Box::new(move |_| block.load(Ordering::Relaxed)));
+    net.a.h.write(net.a.src.gpa, &pattern(1 << 20, 9));
+    let faults = net.a.h.dev().engine().stats().dma_faults;
+    let wr = net.b.dst.write_from(&net.a.src, 1 << 20);
+    net.a.h.send(&mut net.a.qp, &wr);
+    // No ACK reaches A: it stops at its window, far short of the 1024 packets.
+    assert!(net.run(|_| true));
+    let got = net.b.h.read(net.b.dst.gpa, 1 << 20);
+    assert!(got[..64 << 10] == pattern(1 << 20, 9)[..64 << 10]);
+    assert!(got[(1 << 20) - 1024..].iter().all(|&b| b == 0));
+    assert!(net.a.h.poll_cq(&mut net.a.scq).is_empty());
+    assert_eq!(
+        net.a
+            .h
+            .admin(Host::object(admin_op::DEREG_MR, net.a.src.stag)),
+        0
+    );
+    blocked.store(false, Ordering::Relaxed);
+    let mut sc = Vec::new();
+    assert!(net.run(|n| {
+        sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+        !sc.is_empty()
+    }));
+    assert_eq!(sc[0].error(), Some((1, flush::PROT)), "{sc:?}");
+    assert_eq!(net.a.h.dev().engine().stats().dma_faults, faults + 1);
+}
+
 /// Two NICs with engine threads on a running hub (with one LAN socket and a pcap file).
 struct Running {
     dir: std::path::PathBuf,
@@ -2653,6 +2694,54 @@ fn fabric_bench_write_stream() {
             drop(hub);
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+}
+
+/// The engines' CPU cost per byte, without threads: both NICs stepped in this thread (no
+/// wake-ups, no scheduler), a 1 MiB RDMA WRITE at a time at path MTU 4096, so the figure
+/// moves only with the work the data path does per packet (copies, ICRC, allocations).
+/// Prints a `fabric-bench,` CSV row as [`fabric_bench_write_stream`] does (so `make bench`
+/// runs it with that one): FERRDMA_FABRIC_BENCH_MIB (default 1024) MiB, twice that in all
+/// (the figure is both NICs' work on one core). Judges only that every WRITE completed and
+/// the bytes arrived.
+#[test]
+#[ignore]
+fn fabric_bench_engines_in_one_thread() {
+    let env = |name: &str, default: u64| -> u64 {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let total = env("FERRDMA_FABRIC_BENCH_MIB", 1024) * 2;
+    let reps = env("FERRDMA_FABRIC_BENCH_REPS", 1);
+    const LEN: u32 = 1 << 20;
+    let p = Path {
+        mtu: 5,
+        ..Path::default()
+    };
+    let mut net = Net::new(u64::from(LEN), p);
+    let data = pattern(LEN as usize, 77);
+    net.a.h.write(net.a.src.gpa, &data);
+    for rep in 1..=reps {
+        net.b.h.write(net.b.dst.gpa, &vec![0u8; LEN as usize]);
+        let t0 = std::time::Instant::now();
+        for _ in 0..total {
+            let wr = net.b.dst.write_from(&net.a.src, LEN);
+            net.a.h.send(&mut net.a.qp, &wr);
+            let mut sc = Vec::new();
+            assert!(net.run(|n| {
+                sc.extend(n.a.h.poll_cq(&mut n.a.scq));
+                !sc.is_empty()
+            }));
+            assert!(sc.iter().all(|c| c.error().is_none()), "{sc:?}");
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(net.b.h.read(net.b.dst.gpa, LEN as usize) == data);
+        println!(
+            "fabric-bench,nic-level,ferrdma,engines_one_thread_write_mtu4096,{LEN},{rep},MiBps,{:.1}",
+            total as f64 / secs
+        );
     }
 }
 

@@ -24,4 +24,4 @@ mod proptests;
 pub(crate) mod tests;
 
 pub use error::WireError;
-pub use packet::{build, parse, ExtHeaders, Headers, IpHeader, Parsed};
+pub use packet::{build, build_with, parse, ExtHeaders, Headers, IpHeader, Parsed};

@@ -105,14 +105,32 @@ pub fn pad_for(len: usize) -> u8 {
 /// Serialize a frame. Errors when the headers do not match the opcode, a field does not fit
 /// its width, or the packet would not fit the IP length field.
 pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
+    match build_with(h, payload.len(), |b| {
+        b.copy_from_slice(payload);
+        Ok::<(), std::convert::Infallible>(())
+    })? {
+        Ok(frame) => Ok(frame),
+        Err(never) => match never {},
+    }
+}
+
+/// Serialize a frame whose `payload_len` payload bytes `fill` writes in place, into the
+/// frame itself: a payload read from guest memory is copied once, not into a buffer of its
+/// own first. The outer error is [`build`]'s; the inner one is `fill`'s (the frame is then
+/// discarded).
+pub fn build_with<E>(
+    h: &Headers,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+) -> Result<std::result::Result<Vec<u8>, E>> {
     let opcode = h.bth.opcode;
     let info = opcode::info(opcode).ok_or(WireError::Opcode(opcode))?;
     h.ext.check(opcode, &info)?;
-    if !info.payload && !payload.is_empty() {
+    if !info.payload && payload_len != 0 {
         return Err(WireError::UnexpectedPayload(opcode));
     }
-    let pad = pad_for(payload.len());
-    let udp_len = UDP_HDR_LEN + BTH_LEN + h.ext.len() + payload.len() + usize::from(pad) + ICRC_LEN;
+    let pad = pad_for(payload_len);
+    let udp_len = UDP_HDR_LEN + BTH_LEN + h.ext.len() + payload_len + usize::from(pad) + ICRC_LEN;
     let ip_len = h.ip.len() + udp_len;
     let ip_len_field = match h.ip {
         IpHeader::V4(_) => ip_len,
@@ -153,8 +171,11 @@ pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
     if let Some(k) = h.ext.ieth {
         ext::write_u32(k, &mut out);
     }
-    out.extend_from_slice(payload);
-    out.resize(out.len() + usize::from(pad), 0);
+    let at = out.len();
+    out.resize(at + payload_len + usize::from(pad), 0);
+    if let Err(e) = fill(&mut out[at..at + payload_len]) {
+        return Ok(Err(e));
+    }
     // The ICRC masks the UDP checksum, so it can be computed before the checksum is known.
     let crc = icrc::compute(&out[ip_start..])?;
     out.extend_from_slice(&crc.to_le_bytes());
@@ -168,7 +189,7 @@ pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
         );
         out[udp_start + 6..udp_start + 8].copy_from_slice(&sum.to_be_bytes());
     }
-    Ok(out)
+    Ok(Ok(out))
 }
 
 /// Parse and check a frame (without FCS). Trailing bytes after the IP packet (Ethernet
