@@ -1423,14 +1423,13 @@ class BootGroupTest(unittest.TestCase):
 
         out = io.StringIO()
         opts = types.SimpleNamespace(no_nic=False, kernel="k", ko="ko", nic="nic")
-        durations = {}
         with mock.patch.object(rt.vh, "run", fake_run), contextlib.redirect_stdout(out):
             tap = rt.Tap()
-            rt.run_boot_group(tap, grp, opts, "/runs", {}, None, durations)
+            durations = rt.run_boot_group(tap, grp, opts, "/runs", {}, None)
         self.assertEqual(boots, [["a", "b", "c", "d"], ["c", "d"]])
         lines = [ln for ln in out.getvalue().splitlines() if ln.startswith(("ok", "not ok"))]
         self.assertEqual(lines, ["ok 1 - a", "not ok 2 - b", "ok 3 - c", "ok 4 - d"])
-        self.assertEqual(sorted(durations), ["a", "b", "c", "d"])
+        self.assertEqual(durations, {"a": 5.0, "b": 5.0, "c": 5.0, "d": 5.0})
 
 
 if __name__ == "__main__":

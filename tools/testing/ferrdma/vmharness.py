@@ -1505,10 +1505,14 @@ def _collect_sequence(vm: VmResult, logdir: str, cfg: Config) -> None:
         vm.parts[first.name] = r
     last = next(reversed(vm.parts.values()))
     if vm.timed_out:
-        last.problems.append(f"timed out: the guest was still running after {cfg.timeout:.0f}s "
-                             f"(the shared boot's limit) and was killed")
+        last.problems.append(_timeout_problem(cfg, " (the shared boot's limit)"))
     last.problems += vm.problems
     vm.status = last.status
+
+
+def _timeout_problem(cfg: Config, limit: str = "") -> str:
+    """What a VM killed at the harness's time limit is told."""
+    return f"timed out: the guest was still running after {cfg.timeout:.0f}s{limit} and was killed"
 
 
 def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int,
@@ -1559,8 +1563,7 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int,
                                    "after the script (guest/kverbs.sh: kasan_plant_check) "
                                    f"gave {proof.splitlines()[0] if proof else 'no result'!r}")
     if vm.timed_out:
-        vm.problems.append(f"timed out: the guest was still running after {cfg.timeout:.0f}s "
-                           f"and was killed")
+        vm.problems.append(_timeout_problem(cfg))
     if vm.status is None:
         if not vm.timed_out:
             vm.problems.append("the guest did not report the script's exit status "
