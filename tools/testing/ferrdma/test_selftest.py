@@ -1083,6 +1083,17 @@ class SplitVlanTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 parse_header_text(bad)
 
+    def test_split_fabrics_of_one_process_have_names_of_their_own(self):
+        # run-tests runs split-fabric-ferrdma and split-fabric-vxlan-ferrdma side by side in
+        # one process: both made bridge fbr<pid> once ("File exists").
+        nets = [vmharness.SplitNet(4_294_967, mode) for mode in ("bridge", "vxlan", "bridge")]
+        names = [[n.bridge, n.netns(1), n.inner(2), n.outer(1), n.vxlan(2)] for n in nets]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                self.assertFalse(set(a) & set(b), (a, b))
+            for name in a[:1] + a[2:]:
+                self.assertLessEqual(len(name), 15, name)  # IFNAMSIZ - 1
+
 
 class HangReportTest(unittest.TestCase):
     """guest/init's hang_report names every thread that the script's process group runs (here

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import re
@@ -202,14 +203,22 @@ class SplitNet:
     a veth pair, the other end on a bridge in the harness's namespace, all at MTU 9000. The
     fabric's --interface is the veth end ("bridge"), or a VXLAN device (VNI 42, UDP 4789,
     MTU 8950) over it to the other namespace's address on the bridge, 10.99.N.1... ("vxlan").
-    Names carry a tag of the harness's PID, so concurrent runs do not meet; `down` removes
-    everything (deleting a namespace deletes its devices)."""
+    Names carry a tag of the harness's PID and of the instance's number in that process, so
+    neither concurrent runs nor two split-fabric tests that run-tests runs side by side meet
+    (both made "fbr<pid>" until session 27: "File exists"); interface names stay within
+    IFNAMSIZ (15 characters). `down` removes everything (deleting a namespace deletes its
+    devices)."""
+
+    _instances = itertools.count()
+    _lock = threading.Lock()
 
     def __init__(self, pid: int, mode: str):
         if mode not in ("bridge", "vxlan"):
             raise HarnessError(f"split fabric {mode!r}: bridge or vxlan")
         self.mode = mode
-        self.tag = f"{pid % 100000:05d}"
+        with SplitNet._lock:
+            seq = next(SplitNet._instances)
+        self.tag = f"{pid % 100000:05d}{seq % 100:02d}"
         self.bridge = f"fbr{self.tag}"
 
     def netns(self, n: int) -> str:
