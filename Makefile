@@ -11,7 +11,7 @@
 #   make fuzz-nic      the device model's long fuzz run: FUZZ_OPS hostile operations (2000000)
 #   make check-kasan   the driver-heavy VM tests on the KASAN kernel (~25 min, and ~20 min
 #                      more for its kernel when cold)
-#   make check-long    the long suites, outside make check's budget (~25 min, estimated:
+#   make check-long    the long suites, outside make check's budget (~17-25 min, measured:
 #                      every limit at the nominal resource profile; two fabrics in two
 #                      network namespaces joined by a bridge, and by a VXLAN; the kernel
 #                      ULPs NFS/RDMA, SRP, iSER, SMB Direct and RDS between two VMs on
