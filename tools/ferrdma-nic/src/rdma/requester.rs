@@ -287,11 +287,15 @@ impl Engine {
             let Some(p) = qp.req.pending.get(i) else {
                 return;
             };
-            // No more READ requests in flight than the responder accepts.
-            let max_reads = u32::from(qp.attrs.max_rd_atomic.clamp(1, MAX_RD_ATOMIC));
-            let reads: u32 = qp.req.pending.iter().map(Pending::read_requests).sum();
-            if p.is_read() && reads >= max_reads {
-                return;
+            // No more READ requests in flight than the responder accepts. Counted only for a
+            // READ: summing the whole queue (up to 128 WQEs) for every packet of a WRITE
+            // stream made pump_qp 3.8% of the NIC-level bench's samples (2.5% without).
+            if p.is_read() {
+                let max_reads = u32::from(qp.attrs.max_rd_atomic.clamp(1, MAX_RD_ATOMIC));
+                let reads: u32 = qp.req.pending.iter().map(Pending::read_requests).sum();
+                if reads >= max_reads {
+                    return;
+                }
             }
             let attrs = qp.attrs;
             // A QP DCQCN paces asks for an ACK with every packet: at a low rate the next
