@@ -10,7 +10,7 @@ use crate::wire::bth::Bth;
 use crate::wire::eth::{EthHeader, Vlan};
 use crate::wire::ipv4::Ipv4Header;
 use crate::wire::ipv6::Ipv6Header;
-use crate::wire::{build, ExtHeaders, Headers, IpHeader};
+use crate::wire::{build, build_with, ExtHeaders, Headers, IpHeader};
 
 use super::transport::{DEFAULT_UDP_SPORT, MAX_OUTBOX, PKEY};
 use super::Engine;
@@ -42,6 +42,15 @@ pub enum PathError {
     Build(#[from] crate::wire::WireError),
 }
 
+/// Why [`Engine::transmit_with`]'s payload could not be written into the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FillError {
+    /// Guest memory the payload comes from is not accessible (a DMA fault).
+    Fault,
+    /// What the payload was for (a WQE, a READ owed) is no longer there.
+    Gone,
+}
+
 impl Engine {
     /// Whether `gid` is one of this NIC's GIDs (destination served by local loopback).
     pub(super) fn is_local_gid(&self, gid: &[u8; 16]) -> bool {
@@ -66,16 +75,29 @@ impl Engine {
         Ok(self.tx_queue(&h, frame, payload.len()))
     }
 
-    /// The headers of the next frame to the path `a` (an IPv4 identification is used up),
-    /// for a frame the caller builds with [`crate::wire::build_with`] and hands to
-    /// [`Engine::tx_queue`]: its payload is then read from guest memory straight into the
-    /// frame. Fails while the port is down, the outbox is full or the source GID is gone.
-    pub(super) fn tx_headers(
+    /// Builds a frame to the path `a` whose `len` payload bytes `fill` writes in place (from
+    /// guest memory straight into the frame, not into a buffer of its own first) and queues
+    /// it; returns its length. `fill` gets the engine back (the headers are made first and
+    /// take `&mut self`): what it reads there is as it was before the call. The outer error
+    /// is the path's, the inner one `fill`'s (the frame is then dropped, nothing is counted).
+    pub(super) fn transmit_with<E>(
         &mut self,
         a: &QpAttrs,
         bth: Bth,
         ext: ExtHeaders,
-    ) -> Result<Headers, PathError> {
+        len: usize,
+        fill: impl FnOnce(&Self, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<usize, E>, PathError> {
+        let h = self.tx_headers(a, bth, ext)?;
+        match build_with(&h, len, |buf| fill(self, buf))? {
+            Ok(frame) => Ok(Ok(self.tx_queue(&h, frame, len))),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// The headers of the next frame to the path `a` (an IPv4 identification is used up).
+    /// Fails while the port is down, the outbox is full or the source GID is gone.
+    fn tx_headers(&mut self, a: &QpAttrs, bth: Bth, ext: ExtHeaders) -> Result<Headers, PathError> {
         if !self.port.link_up {
             return Err(PathError::LinkDown);
         }
@@ -133,7 +155,7 @@ impl Engine {
 
     /// Counts `frame` (built from `h`, `payload_len` payload bytes) and queues it for the
     /// fabric; returns its length.
-    pub(super) fn tx_queue(&mut self, h: &Headers, frame: Vec<u8>, payload_len: usize) -> usize {
+    fn tx_queue(&mut self, h: &Headers, frame: Vec<u8>, payload_len: usize) -> usize {
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += payload_len as u64;
         let v4 = matches!(h.ip, IpHeader::V4(_));

@@ -13,11 +13,11 @@ use crate::wire::aeth::{Aeth, NakCode, Syndrome};
 use crate::wire::bth::Bth;
 use crate::wire::ext::{Deth, Reth};
 use crate::wire::opcode as op;
-use crate::wire::{build_with, ExtHeaders, Headers};
+use crate::wire::{ExtHeaders, Headers};
 
 use super::exec::{sq_cqe, Outcome, Src};
 use super::mr::{MrTable, Need};
-use super::path::PathError;
+use super::path::{FillError, PathError};
 use super::seglist::{MrRange, Piece, SegFault, SegList};
 use super::transport::{
     ack_timeout_us, psn_add, psn_diff, rnr_timer_us, Payload, PendKind, Pending, ACK_REQ_EVERY,
@@ -303,25 +303,17 @@ impl Engine {
             let paced = qp.cc.limiter.is_some();
             let (mut b, ext, part, covers) = request_packet(p, mtu, attrs.dest_qpn);
             b.ack_req |= paced;
-            let h = match self.tx_headers(&attrs, b, ext) {
-                Ok(h) => h,
-                Err(PathError::Full) => return,
-                Err(e) => {
-                    log::debug!("QP {qp_id}: cannot send: {e}");
-                    self.fail_pending(env, qp_id, i, flush::RETRY_EXC, ae::QP_RETRY_EXCEEDED);
-                    return;
-                }
-            };
-            let Some(p) = self.qp(qp_id).and_then(|q| q.req.pending.get(i)) else {
-                return;
-            };
             // The payload goes from guest memory straight into the frame.
-            let built = build_with(&h, part.len, |buf| {
-                fill_payload(env.mem, &self.mrs, p, part, buf)
+            let sent = self.transmit_with(&attrs, b, ext, part.len, |eng, buf| {
+                // Building the headers changed no QP: the WQE is still at `i`.
+                let p = eng.qp(qp_id).and_then(|q| q.req.pending.get(i));
+                let p = p.ok_or(FillError::Gone)?;
+                fill_payload(env.mem, &eng.mrs, p, part, buf).map_err(|SegFault| FillError::Fault)
             });
-            let frame = match built {
-                Ok(Ok(f)) => f,
-                Ok(Err(SegFault)) => {
+            let len = match sent {
+                Ok(Ok(len)) => len,
+                Ok(Err(FillError::Gone)) | Err(PathError::Full) => return,
+                Ok(Err(FillError::Fault)) => {
                     self.stats.dma_faults += 1;
                     self.fail_pending(env, qp_id, i, flush::PROT, ae::QP_LOCAL_ACCESS);
                     return;
@@ -332,7 +324,6 @@ impl Engine {
                     return;
                 }
             };
-            let len = self.tx_queue(&h, frame, part.len);
             self.cc_sent(env, qp_id, len);
             let Some(qp) = self.qp_mut(qp_id) else { return };
             let mut resent = false;

@@ -18,7 +18,7 @@ use crate::wire::{self, ExtHeaders, Headers, IpHeader};
 use super::exec::{Inbound, Recv, Src};
 use super::grh;
 use super::mr::Need;
-use super::path::{v4_mapped, PathError};
+use super::path::{v4_mapped, FillError, PathError};
 use super::requester::bth;
 use super::seglist::{MrRange, Piece, SegFault};
 use super::transport::{psn_add, psn_diff, ReadResp, RecvCtx, WriteCtx, PSN_MASK};
@@ -589,30 +589,30 @@ impl Engine {
                 ..Default::default()
             };
             let attrs = q.attrs;
-            let sent = self
-                .tx_headers(&attrs, bth(opcode, attrs.dest_qpn, psn), ext)
-                .and_then(|h| {
-                    let Some(r) = self.qp(qpn).and_then(|q| q.resp.reads.front()) else {
-                        return Ok(None);
-                    };
-                    // The payload goes from guest memory straight into the frame.
-                    let built = wire::build_with(&h, len, |buf| {
-                        r.src.read_at(&self.mrs, env.mem, off, buf)
-                    })?;
-                    Ok(Some((h, built)))
-                });
+            // The payload goes from guest memory straight into the frame.
+            let sent = self.transmit_with(
+                &attrs,
+                bth(opcode, attrs.dest_qpn, psn),
+                ext,
+                len,
+                |eng, buf| {
+                    // Building the headers changed no QP: the READ is still first.
+                    let r = eng.qp(qpn).and_then(|q| q.resp.reads.front());
+                    let r = r.ok_or(FillError::Gone)?;
+                    r.src
+                        .read_at(&eng.mrs, env.mem, off, buf)
+                        .map_err(|SegFault| FillError::Fault)
+                },
+            );
             match sent {
-                Ok(Some((h, Ok(frame)))) => {
-                    let bytes = self.tx_queue(&h, frame, len);
-                    self.cc_sent(env, qpn, bytes);
-                }
-                Ok(Some((_, Err(SegFault)))) => {
+                Ok(Ok(bytes)) => self.cc_sent(env, qpn, bytes),
+                Ok(Err(FillError::Fault)) => {
                     self.stats.dma_faults += 1;
                     self.send_ack(qpn, psn, Syndrome::Nak(NakCode::RemoteOperationalError));
                     self.remote_access_violation(env, qpn);
                     return;
                 }
-                Ok(None) => return,
+                Ok(Err(FillError::Gone)) => return,
                 Err(PathError::Full) => return,
                 Err(e) => {
                     log::debug!("QP {qpn}: READ response not sent: {e}");

@@ -484,12 +484,7 @@ fn incast_of_four_with_dcqcn_converges() {
 #[ignore]
 fn incast_time_series() {
     use std::io::Write;
-    let env = |k: &str, d: f64| -> f64 {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
+    let env = |k: &str, d: f64| -> f64 { env_or(k, d) };
     let n = env("N", 4.0) as usize;
     let red = Red {
         kmin: env("KMIN", RED.kmin as f64) as u64,

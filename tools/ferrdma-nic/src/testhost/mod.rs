@@ -1162,3 +1162,12 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
         .collect()
 }
+
+/// A benchmark's or experiment's knob: environment variable `name` parsed as `T`, `default`
+/// when unset or unparsable (the ignored benches and `make incast` read theirs this way).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

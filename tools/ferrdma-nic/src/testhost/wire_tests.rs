@@ -2626,14 +2626,8 @@ fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
 #[ignore]
 fn fabric_bench_write_stream() {
     use crate::fabric::hub::Faults;
-    let env = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let total = env("FERRDMA_FABRIC_BENCH_MIB", 1024) << 20;
-    let reps = env("FERRDMA_FABRIC_BENCH_REPS", 1);
+    let total = env_or("FERRDMA_FABRIC_BENCH_MIB", 1024u64) << 20;
+    let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
     const MSG: u32 = 64 << 10;
     const DEPTH: usize = 64;
     for (rep, mtu, bytes) in (1..=reps).flat_map(|r| [(r, 3u8, 1024), (r, 5, 4096)]) {
@@ -2707,14 +2701,8 @@ fn fabric_bench_write_stream() {
 #[test]
 #[ignore]
 fn fabric_bench_engines_in_one_thread() {
-    let env = |name: &str, default: u64| -> u64 {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let total = env("FERRDMA_FABRIC_BENCH_MIB", 1024) * 2;
-    let reps = env("FERRDMA_FABRIC_BENCH_REPS", 1);
+    let total = env_or("FERRDMA_FABRIC_BENCH_MIB", 1024u64) * 2;
+    let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
     const LEN: u32 = 1 << 20;
     let p = Path {
         mtu: 5,
