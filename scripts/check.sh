@@ -55,6 +55,14 @@ read -r p f i < <(awk '/^test result:/ { for (k = 1; k <= NF; k++) { if ($k ~ /^
 if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; echo "cargo test failed before running tests (exit $rc)"; fi
 passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + i))
 
+# 1a. make bench's NIC-level benches (ignored above), small, so that they cannot rot: each
+#     checks that its data arrived; the figures mean nothing here.
+step "ferrdma-nic: NIC-level benches (smoke)"
+check_one "NIC-level benches, smoke (cargo test fabric_bench -- --ignored)" \
+	bash -c "cd '$top/tools/ferrdma-nic' && FERRDMA_FABRIC_BENCH_MIB=16 FERRDMA_FABRIC_BENCH_ITERS=300 \
+		FERRDMA_FABRIC_BENCH_REPS=1 cargo test --release --locked --lib fabric_bench -- --ignored \
+		> '$out/nic-bench-smoke.log' 2>&1"
+
 # 1b. Formatting: the kernel's rustfmt rules for our kernel Rust, cargo fmt for the NIC.
 step "style: rustfmt"
 check_one "cargo fmt --check (tools/ferrdma-nic): run make fmt" \

@@ -1156,7 +1156,11 @@ class BenchReportTest(unittest.TestCase):
             "two-vms,ferrdma,ib_write_bw,1048576,1,MiBps,3000\n"
             "two-vms,ferrdma,ib_send_lat,2,1,median_us,20\n"
             "two-vms,rxe,ib_send_lat,2,1,median_us,10000\n"
-            "host,host,memcpy,268435456,1,MiBps,10000\n")
+            "nic-level,ferrdma,fabric_write_x64_mtu4096_pcap_off,65536,1,MiBps,2500\n"
+            "nic-level,ferrdma,fabric_send_lat,2,1,median_us,7.5\n"
+            "nic-level,ferrdma,fabric_send_lat,2,1,p99_us,31.0\n"
+            "host,host,memcpy,268435456,1,MiBps,10000\n"
+            "host,host,wakeup_round_trip,0,1,median_us,42.0\n")
         figs = report.figures(rows)
         f = figs[report.Key("two-vms", "ferrdma", "ib_write_bw", 65536, "MiBps")]
         self.assertEqual(f.median, 2100)
@@ -1164,6 +1168,10 @@ class BenchReportTest(unittest.TestCase):
         table = "\n".join(report.table(figs))
         self.assertRegex(table, r"two-vms +ib_write_bw 64 KiB MiB/s +2100 \(2000\.\.2200\) +2\.0 +1050x +0\.21x")
         self.assertRegex(table, r"ib_send_lat 2 B median us +20\.0 +10000 +0\.002x")
+        self.assertRegex(table, r"nic-level +fabric_write_x64_mtu4096_pcap_off MiB/s +2500 +0\.25x")
+        self.assertRegex(table, r"nic-level +fabric_send_lat 2 B median us +7\.5 *\n")
+        self.assertRegex(table, r"nic-level +fabric_send_lat 2 B p99 us +31\.0 *(\n|$)")
+        self.assertRegex(table, r"host +thread wake-up round trip us +42\.0")
         t = "\n".join(report.targets(figs))
         self.assertIn("met      two-VM ib_write_bw 64 KiB >= 2 GiB/s: 2.05 GiB/s", t)
         self.assertIn("met      two-VM ib_write_bw 1 MiB >= 25% of memcpy: 30%", t)

@@ -2691,6 +2691,137 @@ fn fabric_bench_write_stream() {
     }
 }
 
+/// The host's price of a thread wake-up, beside `make bench`'s memcpy: two threads hand a
+/// token back and forth through a mutex and condition variable (as a NIC's frame queue wakes
+/// its engine), each sleeping until woken. A two-VM latency pays a few such wake-ups per
+/// message (the vfio-user server thread after a doorbell, the receiving engine), and hosts
+/// differ: 40-45 us a round trip on session 28's machine (a virtualized host), against
+/// 0.1 us for two threads spinning. Prints a `fabric-bench,host,` row: the median of
+/// FERRDMA_FABRIC_BENCH_ITERS (default 20000) round trips, in microseconds.
+#[test]
+#[ignore]
+fn fabric_bench_host_wakeup_round_trip() {
+    use std::sync::{Condvar, Mutex};
+    let iters = env_or("FERRDMA_FABRIC_BENCH_ITERS", 20_000u64);
+    let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
+    for rep in 1..=reps {
+        // The token's holder: false for this thread, true for the peer.
+        let turn = Arc::new((Mutex::new(false), Condvar::new()));
+        let peer = {
+            let turn = Arc::clone(&turn);
+            std::thread::spawn(move || {
+                let (m, cv) = &*turn;
+                for _ in 0..iters {
+                    let mut t = m.lock().unwrap();
+                    while !*t {
+                        t = cv.wait(t).unwrap();
+                    }
+                    *t = false;
+                    cv.notify_one();
+                }
+            })
+        };
+        let (m, cv) = &*turn;
+        let mut rtt_us = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            let t0 = std::time::Instant::now();
+            let mut t = m.lock().unwrap();
+            *t = true;
+            cv.notify_one();
+            while *t {
+                t = cv.wait(t).unwrap();
+            }
+            drop(t);
+            rtt_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        peer.join().unwrap();
+        rtt_us.sort_by(f64::total_cmp);
+        let median = rtt_us[rtt_us.len() / 2];
+        println!("fabric-bench,host,host,wakeup_round_trip,0,{rep},median_us,{median:.1}");
+    }
+}
+
+/// The NIC-level latency of `make bench`: two NICs with their engine threads on a running
+/// fabric (no VMs, no guest CPU), a 2-byte RC SEND ping-pong as ib_send_lat runs it: each
+/// side has its next receive posted, sends, and spins on its receive CQ. Prints
+/// `fabric-bench,` rows (median and p99 of half the round trip, in microseconds), so a
+/// two-VM latency can be set against what the NICs and the fabric alone take.
+/// FERRDMA_FABRIC_BENCH_ITERS (default 20000) round trips after 1000 unmeasured,
+/// FERRDMA_FABRIC_BENCH_REPS (default 1) rounds. Judges only that every message arrived
+/// with its bytes.
+#[test]
+#[ignore]
+fn fabric_bench_send_latency() {
+    use crate::fabric::hub::Faults;
+    const WARMUP: u64 = 1000;
+    let iters = env_or("FERRDMA_FABRIC_BENCH_ITERS", 20_000u64);
+    let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
+    for rep in 1..=reps {
+        let Running {
+            dir,
+            hub,
+            mut a,
+            mut b,
+            engines,
+            ..
+        } = Running::start_with(&format!("lat-{rep}"), Faults::default(), Some(128));
+        let p = Path {
+            mtu: 5,
+            ..Path::default()
+        };
+        a.connect(2, p, 7, 9);
+        b.connect(1, p, 9, 7);
+        for n in [&mut a, &mut b] {
+            let sg = n.dst.sg(0, 2);
+            n.h.post_recv(&mut n.qp, &[sg]);
+        }
+        // One hop: `from` sends message `i`, `to` spins until it has it, checks it and posts
+        // its next receive.
+        let hop = |from: &mut Nic, to: &mut Nic, i: u64| {
+            let msg = [(i & 0xff) as u8, (i >> 8) as u8 ^ 0x5a];
+            from.h.write(from.src.gpa, &msg);
+            let wr = Wr {
+                opcode: sq_op::SEND,
+                signaled: true,
+                sges: vec![from.src.sg(0, 2)],
+                ..Default::default()
+            };
+            from.h.send(&mut from.qp, &wr);
+            let c = loop {
+                let c = to.h.poll_cq_n(&mut to.rcq, 1);
+                if !c.is_empty() {
+                    break c;
+                }
+                std::hint::spin_loop();
+            };
+            assert!(c[0].error().is_none(), "{c:?}");
+            assert_eq!(to.h.read(to.dst.gpa, 2), msg);
+            let sg = to.dst.sg(0, 2);
+            to.h.post_recv(&mut to.qp, &[sg]);
+            // The SEND's own completion (its ACK) comes when it comes: taken when there.
+            let s = from.h.poll_cq(&mut from.scq);
+            assert!(s.iter().all(|c| c.error().is_none()), "{s:?}");
+        };
+        let mut half_rtt_us = Vec::with_capacity(iters as usize);
+        for i in 0..WARMUP + iters {
+            let t0 = std::time::Instant::now();
+            hop(&mut a, &mut b, 2 * i);
+            hop(&mut b, &mut a, 2 * i + 1);
+            if i >= WARMUP {
+                half_rtt_us.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        drop(engines);
+        half_rtt_us.sort_by(f64::total_cmp);
+        let at = |q: f64| half_rtt_us[((half_rtt_us.len() - 1) as f64 * q) as usize];
+        for (metric, v) in [("median_us", at(0.5)), ("p99_us", at(0.99))] {
+            println!("fabric-bench,nic-level,ferrdma,fabric_send_lat,2,{rep},{metric},{v:.1}");
+        }
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// The engines' CPU cost per byte, without threads: both NICs stepped in this thread (no
 /// wake-ups, no scheduler), a 1 MiB RDMA WRITE at a time at path MTU 4096, so the figure
 /// moves only with the work the data path does per packet (copies, ICRC, allocations).

@@ -134,9 +134,14 @@ def table(figs: dict[Key, Figure]) -> list[str]:
     line("two-vms", "NVMe-oF 1 MiB read MiB/s", "nvmeof_fio_read", 1 << 20, "MiBps", True)
     if memcpy:
         lines.append(f"{'host':9} {'memcpy 256 MiB MiB/s':28} {memcpy.text():>24}")
-    for k in sorted((k for k in figs if k.scope == "nic-level"), key=lambda k: k.tool):
-        lines.append(f"{'nic-level':9} {k.tool + ' MiB/s':28} {figs[k].text():>24} {'':>24} "
-                     f"{'':>7} {ratio(figs[k], memcpy):>8}")
+    wakeup = figs.get(Key("host", "host", "wakeup_round_trip", 0, "median_us"))
+    if wakeup:
+        lines.append(f"{'host':9} {'thread wake-up round trip us':28} {wakeup.text():>24}")
+    for k in sorted((k for k in figs if k.scope == "nic-level"), key=lambda k: (k.tool, k.metric)):
+        bw = k.metric == "MiBps"
+        label = k.tool + (" MiB/s" if bw else f" {k.size} B {k.metric.replace('_us', ' us')}")
+        lines.append(f"{'nic-level':9} {label:28} {figs[k].text():>24} {'':>24} "
+                     f"{'':>7} {ratio(figs[k], memcpy) if bw else '':>8}")
     return lines
 
 
