@@ -30,20 +30,23 @@ log "bench: 1/4 host memcpy ($reps x 256 MiB) -> $out"
 { echo "$header"; "$here/in-sysroot.sh" python3 /ferrdma/src/tools/testing/ferrdma/bench/memcpy.py "$reps"; } \
 	> "$out/host.csv"
 
-log "bench: 2/4 the NIC alone: two NICs on a running fabric, 64 KiB WRITEs ($reps rounds)"
+# One bench at a time: cargo runs tests on as many threads as there are cores, and until
+# session 28 the write stream, the one-thread engines and (later) the latency ran side by
+# side on this 2-core host and lowered each other's figures.
+log "bench: 2/4 the NIC alone: two NICs on a running fabric: WRITE streams, SEND latency, the host's wake-up ($reps rounds)"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$FERRDMA_CACHE/cargo-target}
 cd "$here/../tools/ferrdma-nic"
 export FERRDMA_FABRIC_BENCH_MIB=${BENCH_FABRIC_MIB:-1024} FERRDMA_FABRIC_BENCH_REPS=$reps
 test_bin=$(cargo test --release --locked --lib --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -1)
 [ -x "$test_bin" ] || die "bench: could not build the NIC's test binary"
 if command -v perf >/dev/null && perf record -q -o /dev/null true 2>/dev/null; then
-	perf record -q -g -o "$out/fabric-bench.perf" -- "$test_bin" fabric_bench --ignored --nocapture \
+	perf record -q -g -o "$out/fabric-bench.perf" -- "$test_bin" fabric_bench --ignored --nocapture --test-threads=1 \
 		> "$out/fabric-bench.log" 2>&1 || { cat "$out/fabric-bench.log"; die "bench: the NIC-level run failed"; }
 	perf report -i "$out/fabric-bench.perf" --no-children --sort comm,sym --percent-limit 1 --stdio -g none \
 		> "$out/profile-full.txt" 2>/dev/null || true
 	awk '/^ +[0-9]/ && n++ < 25' "$out/profile-full.txt" > "$out/profile.txt"
 else
-	"$test_bin" fabric_bench --ignored --nocapture > "$out/fabric-bench.log" 2>&1 ||
+	"$test_bin" fabric_bench --ignored --nocapture --test-threads=1 > "$out/fabric-bench.log" 2>&1 ||
 		{ cat "$out/fabric-bench.log"; die "bench: the NIC-level run failed"; }
 	echo "no profile: perf is not installed or not permitted here (Debian: linux-perf)" > "$out/profile.txt"
 fi

@@ -60,7 +60,7 @@ passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + i))
 step "ferrdma-nic: NIC-level benches (smoke)"
 check_one "NIC-level benches, smoke (cargo test fabric_bench -- --ignored)" \
 	bash -c "cd '$top/tools/ferrdma-nic' && FERRDMA_FABRIC_BENCH_MIB=16 FERRDMA_FABRIC_BENCH_ITERS=300 \
-		FERRDMA_FABRIC_BENCH_REPS=1 cargo test --release --locked --lib fabric_bench -- --ignored \
+		FERRDMA_FABRIC_BENCH_REPS=1 cargo test --release --locked --lib fabric_bench -- --ignored --test-threads=1 \
 		> '$out/nic-bench-smoke.log' 2>&1"
 
 # 1b. Formatting: the kernel's rustfmt rules for our kernel Rust, cargo fmt for the NIC.
