@@ -447,6 +447,7 @@ impl Engine {
             comm_est_sent: false,
             rnr_attempts: 0,
             rnr_retry_at: None,
+            err_scan: None,
             req: Default::default(),
             resp: Default::default(),
             cc: Default::default(),

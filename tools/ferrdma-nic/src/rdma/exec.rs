@@ -19,7 +19,7 @@ use super::pagelist::{self, PageListError};
 use super::path::av_vlan;
 use super::qp::Qp;
 use super::seglist::SegList;
-use super::transport::rnr_timer_us;
+use super::transport::{rnr_timer_us, LATE_FLUSH_FIRST_US, LATE_FLUSH_MAX_US};
 use super::wqe::{self, Sge, SqWqe, WqeError};
 use super::{grh, Engine, Env};
 
@@ -425,15 +425,21 @@ impl Engine {
         let Some(qp) = self.qp_mut(qp_id) else { return };
         qp.attrs.state = qp_state::ERR;
         qp.rnr_retry_at = None;
+        qp.err_scan = Some((
+            env.now_us.saturating_add(LATE_FLUSH_FIRST_US),
+            LATE_FLUSH_FIRST_US,
+        ));
         qp.resp = Default::default();
         self.flush_sq(env, qp_id, sq_cqe);
         self.flush_rq(env, qp_id, rq_cqe);
     }
 
     /// Consumes every valid SQ WQE; writes one flush CQE if `write` and there was
-    /// outstanding work.
-    pub(super) fn flush_sq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) {
-        let Some(qp) = self.qp(qp_id) else { return };
+    /// outstanding work. Returns whether there was.
+    pub(super) fn flush_sq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) -> bool {
+        let Some(qp) = self.qp(qp_id) else {
+            return false;
+        };
         // WQEs still on the wire were consumed from the ring but not completed: the flush
         // reports from the oldest of them.
         let start = qp.req.pending.front().map_or(qp.sq_tail, |p| p.tail);
@@ -458,7 +464,9 @@ impl Engine {
                 pol = !pol;
             }
         }
-        let Some(qp) = self.qp_mut(qp_id) else { return };
+        let Some(qp) = self.qp_mut(qp_id) else {
+            return false;
+        };
         qp.req = Default::default();
         for n in steps {
             qp.advance_sq(n);
@@ -469,6 +477,7 @@ impl Engine {
             let cq = qp.send_cq;
             self.post_cqe(env, cq, &c);
         }
+        outstanding
     }
 
     /// Whether the RQ WQE at the tail is valid (`None` if the ring is not readable).
@@ -478,27 +487,69 @@ impl Engine {
         Some(wqe::is_valid(wqe::header(&q0), qp.rq_pol))
     }
 
-    /// Consumes every valid RQ WQE; one flush CQE if `write` and there was one.
-    pub(super) fn flush_rq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) {
+    /// Flushes what was posted to QPs in ERR since their last flush, without a doorbell or
+    /// a reflush request. libirdma rings no doorbell for a receive and asks for a reflush
+    /// only if libibverbs' cached QP state already says ERR; a receive posted between the
+    /// device's flush and that update (an application reposting from its completion thread
+    /// while another thread disconnects, as rping does) was otherwise never completed, and
+    /// whoever waited for its completion waited forever (seen once in make check:
+    /// cm-failures-ferrdma's rping server, 63 s after its peer was killed). Each QP in ERR
+    /// is looked at LATE_FLUSH_FIRST_US after it entered ERR, then at doubling intervals up
+    /// to LATE_FLUSH_MAX_US (back to the first after a flush), so that a guest's QPs left
+    /// in ERR cost the engine little.
+    pub(super) fn late_flushes(&mut self, env: &Env<'_>) {
+        let mut next = self.qps.next_id(0);
+        while let Some(id) = next {
+            next = self.qps.next_id(id + 1);
+            let Some(qp) = self.qp_mut(id) else { continue };
+            let Some((at, interval)) = qp.err_scan else {
+                continue;
+            };
+            if env.now_us < at {
+                continue;
+            }
+            if qp.state() != qp_state::ERR {
+                qp.err_scan = None;
+                continue;
+            }
+            let flushed = self.flush_rq(env, id, true) | self.flush_sq(env, id, true);
+            let interval = if flushed {
+                LATE_FLUSH_FIRST_US
+            } else {
+                interval.saturating_mul(2).min(LATE_FLUSH_MAX_US)
+            };
+            if let Some(qp) = self.qp_mut(id) {
+                qp.err_scan = Some((env.now_us.saturating_add(interval), interval));
+            }
+        }
+    }
+
+    /// Consumes every valid RQ WQE; one flush CQE if `write` and there was one. Returns
+    /// whether there was one.
+    pub(super) fn flush_rq(&mut self, env: &Env<'_>, qp_id: u32, write: bool) -> bool {
         let Some(entries) = self.qp(qp_id).map(|q| q.rq.entries()) else {
-            return;
+            return false;
         };
         let mut first: Option<CqeData> = None;
         for _ in 0..entries {
             if self.rq_head_valid(env, qp_id) != Some(true) {
                 break;
             }
-            let Some(qp) = self.qp_mut(qp_id) else { return };
+            let Some(qp) = self.qp_mut(qp_id) else {
+                return false;
+            };
             if first.is_none() {
                 first = Some(rq_flush_cqe(qp_id, qp, flush::GENERAL));
             }
             qp.advance_rq();
         }
+        let found = first.is_some();
         if let (true, Some(c)) = (write, first) {
             if let Some(cq) = self.qp(qp_id).map(|q| q.recv_cq) {
                 self.post_cqe(env, cq, &c);
             }
         }
+        found
     }
 
     /// A responder-side failure: error CQE for the RQ WQE at the tail (consumed), async

@@ -351,6 +351,7 @@ impl Engine {
             self.retry_rnr(env);
             self.cc_tick(env);
             self.transport_tick(env);
+            self.late_flushes(env);
             self.cq_arm_checks(env);
         }
         self.flush_interrupts(env);

@@ -43,6 +43,9 @@ pub struct Qp {
     /// tried again, the responder's RNR timer after the NAK as on the wire. Nothing else
     /// moves the SQ meanwhile, not even its doorbell.
     pub rnr_retry_at: Option<u64>,
+    /// In ERR: when (device clock) the rings are next looked at for WQEs posted since the
+    /// last flush, and the interval after that (`exec.rs`: `late_flushes`).
+    pub err_scan: Option<(u64, u64)>,
     /// Wire transport, requester side (peers that are not local).
     pub req: ReqState,
     /// Wire transport, responder side.
@@ -68,6 +71,7 @@ impl Qp {
         self.comm_est_sent = false;
         self.rnr_attempts = 0;
         self.rnr_retry_at = None;
+        self.err_scan = None;
         self.req = ReqState::default();
         self.resp = RespState::default();
         self.cc = Default::default();

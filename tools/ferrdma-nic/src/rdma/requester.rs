@@ -710,6 +710,9 @@ impl Engine {
             if let Some(t) = qp.rnr_retry_at {
                 at(t);
             }
+            if let Some((t, _)) = qp.err_scan {
+                at(t);
+            }
         }
         // Interrupts held back by moderation, and CQ arm checks.
         for t in self.eqs.iter().flatten().filter_map(|e| e.held_until()) {

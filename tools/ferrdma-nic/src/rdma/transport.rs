@@ -27,6 +27,11 @@ pub const READ_CHUNK_PKTS: u32 = 32;
 pub const MAX_PENDING_WQES: usize = 128;
 /// The requester asks for an ACK at least every this many packets (and on every last one).
 pub const ACK_REQ_EVERY: u32 = 32;
+/// A QP in ERR is first looked at for WQEs posted since its flush this long after it
+/// entered ERR (`Engine::late_flushes`).
+pub const LATE_FLUSH_FIRST_US: u64 = 1_000;
+/// The longest interval between two such looks.
+pub const LATE_FLUSH_MAX_US: u64 = 1_000_000;
 /// Frames the engine holds for the fabric; producers stop (and resume later) when full.
 pub const MAX_OUTBOX: usize = 1024;
 /// Shortest retransmission timer, so a tiny `timeout` cannot make the timer thread spin.

@@ -582,3 +582,55 @@ fn hostile_doorbells_are_harmless_and_bus_master_gates_dma() {
         .unwrap();
     assert_eq!(b, [0; 4]);
 }
+
+/// A receive posted to a QP in ERR with no doorbell and no reflush request (libirdma's
+/// post_recv when libibverbs' cached QP state was not yet ERR: a completion thread reposting
+/// while another thread disconnects) is flushed by the device on its own, 1 ms after the QP
+/// entered ERR and then at doubling intervals, and an armed CQ gets its event; a QP that
+/// leaves ERR is no longer looked at.
+#[test]
+fn receives_posted_after_the_flush_are_flushed_without_a_doorbell() {
+    let mut r = Rig::rc();
+    let clock = manual_clock(&mut r, 1_000_000);
+    let err = QpAttrs {
+        state: qp_state::ERR,
+        ..Default::default()
+    };
+    r.h.post_recv(&mut r.a, &[r.buf_a.sg(0, 8)]);
+    assert_eq!(r.h.modify(2, qp_attr::STATE, err), 0);
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].error(), Some((1, flush::GENERAL)));
+    // The repost, no doorbell; the application sleeps until its CQ's next event.
+    r.h.post_recv(&mut r.a, &[r.buf_a.sg(0, 8)]);
+    r.h.arm_cq(&r.cq_a, false);
+    r.h.poll_eq(&mut r.ceq);
+    r.h.arm_eq(&r.ceq);
+    r.h.dev().tick();
+    assert!(
+        r.h.poll_cq(&mut r.cq_a).is_empty(),
+        "looked at before its time"
+    );
+    assert_eq!(r.h.dev().next_deadline(), Some(1_001_000));
+    clock.store(1_001_000, Ordering::Relaxed);
+    r.h.dev().tick();
+    let c = r.h.poll_cq(&mut r.cq_a);
+    assert_eq!(c.len(), 1, "the late receive's flush CQE");
+    assert_eq!(c[0].error(), Some((1, flush::GENERAL)));
+    assert_eq!(r.h.poll_eq(&mut r.ceq).len(), 1, "the armed CQ's event");
+    // Nothing new: the next looks come 1 ms, then 2 ms, later.
+    assert_eq!(r.h.dev().next_deadline(), Some(1_002_000));
+    clock.store(1_002_000, Ordering::Relaxed);
+    r.h.dev().tick();
+    assert!(r.h.poll_cq(&mut r.cq_a).is_empty());
+    assert_eq!(r.h.dev().next_deadline(), Some(1_004_000));
+    // Out of ERR, no more looks.
+    let reset = QpAttrs {
+        state: qp_state::RESET,
+        ..Default::default()
+    };
+    assert_eq!(r.h.modify(2, qp_attr::STATE, reset), 0);
+    clock.store(1_004_000, Ordering::Relaxed);
+    r.h.dev().tick();
+    assert_eq!(r.h.dev().next_deadline(), None);
+}
