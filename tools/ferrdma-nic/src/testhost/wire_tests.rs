@@ -2787,11 +2787,17 @@ fn fabric_bench_send_latency() {
                 ..Default::default()
             };
             from.h.send(&mut from.qp, &wr);
+            // Spinning, not wait_cqes (which sleeps a millisecond a poll), with its bound.
+            let t0 = std::time::Instant::now();
             let c = loop {
                 let c = to.h.poll_cq_n(&mut to.rcq, 1);
                 if !c.is_empty() {
                     break c;
                 }
+                assert!(
+                    t0.elapsed() < std::time::Duration::from_secs(30),
+                    "message {i} did not arrive"
+                );
                 std::hint::spin_loop();
             };
             assert!(c[0].error().is_none(), "{c:?}");
