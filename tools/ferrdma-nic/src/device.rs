@@ -153,6 +153,13 @@ impl Device {
     /// Runs `f` on the engine with the current environment, then hands queued frames to the
     /// sink (if any).
     fn run<R>(&mut self, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
+        let r = self.with_env(f);
+        self.flush_tx();
+        r
+    }
+
+    /// Runs `f` on the engine with the current environment (the clock read now).
+    fn with_env<R>(&mut self, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
         let mem = BusMasterGate {
             mem: &self.dma,
             enabled: self.config.bus_master(),
@@ -167,9 +174,7 @@ impl Device {
             bus_master: mem.enabled,
             now_us: self.clock.now_us(),
         };
-        let r = f(&mut self.engine, &env);
-        self.flush_tx();
-        r
+        f(&mut self.engine, &env)
     }
 
     fn flush_tx(&mut self) {
@@ -184,6 +189,22 @@ impl Device {
     /// A RoCE frame from the fabric.
     pub fn rx_frame(&mut self, frame: &[u8]) {
         self.run(|e, env| e.rx_frame(env, frame));
+    }
+
+    /// A batch of RoCE frames from the fabric, each at the time it is taken: the responder
+    /// coalesces the ACKs asked for within it (`rdma/ack_coalescing.rs`), and the frames the
+    /// engine queued go to the sink at the end (or when half the outbox is taken, so that
+    /// the ACKs and packets the batch opens the window for find room).
+    pub fn rx_frames(&mut self, frames: &[Vec<u8>]) {
+        self.engine.begin_rx_batch();
+        for f in frames {
+            self.with_env(|e, env| e.rx_frame(env, f));
+            if self.engine.tx_half_full() {
+                self.flush_tx();
+            }
+        }
+        self.engine.end_rx_batch();
+        self.flush_tx();
     }
 
     /// Frames the engine queued (when there is no sink).

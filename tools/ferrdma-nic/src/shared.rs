@@ -168,8 +168,8 @@ fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &Atomi
             }
         };
         let mut d = dev.lock();
-        for f in &frames {
-            d.rx_frame(f);
+        if !frames.is_empty() {
+            d.rx_frames(&frames);
         }
         d.serve_host_requests();
         if d.next_deadline().is_some_and(|t| t <= d.now_us()) {

@@ -5,6 +5,7 @@
 //! The engine is synchronous: a doorbell or admin tail write does all the work it triggers
 //! before it returns, then raises the interrupts that became due (one per armed EQ).
 
+mod ack_coalescing;
 mod admin;
 pub mod caps;
 mod commands;
@@ -125,6 +126,8 @@ pub struct Engine {
     cc: congestion::CcConfig,
     cc_knob: Arc<congestion::CcKnob>,
     cc_generation: u64,
+    /// The responder's ACKs held during a batch of received frames.
+    acks: ack_coalescing::AckCoalescer,
 }
 
 impl Default for Engine {
@@ -172,6 +175,7 @@ impl Engine {
             cc: congestion::CcConfig::default(),
             cc_knob: Arc::default(),
             cc_generation: 0,
+            acks: ack_coalescing::AckCoalescer::default(),
         }
     }
 

@@ -62,6 +62,11 @@ impl Engine {
         self.outbox.len() + n <= MAX_OUTBOX
     }
 
+    /// Whether the outbox is at least half full (of `MAX_OUTBOX`).
+    pub fn tx_half_full(&self) -> bool {
+        self.outbox.len() >= MAX_OUTBOX / 2
+    }
+
     /// Builds a frame to the path `a` and queues it for the fabric; returns its length.
     pub(super) fn transmit(
         &mut self,

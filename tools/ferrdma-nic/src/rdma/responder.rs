@@ -15,6 +15,7 @@ use crate::wire::aeth::{Aeth, NakCode, Syndrome};
 use crate::wire::opcode as op;
 use crate::wire::{self, ExtHeaders, Headers, IpHeader};
 
+use super::ack_coalescing::NO_CREDITS;
 use super::exec::{Inbound, Recv, Src};
 use super::grh;
 use super::mr::Need;
@@ -24,9 +25,6 @@ use super::seglist::{MrRange, Piece, SegFault};
 use super::transport::{psn_add, psn_diff, ReadResp, RecvCtx, WriteCtx, PSN_MASK};
 use super::wqe;
 use super::{Engine, Env};
-
-/// AETH credit field meaning "no end-to-end credits" (this NIC does no credit flow control).
-const NO_CREDITS: u8 = 0x1f;
 
 /// How a request packet ended at the responder.
 enum Verdict {
@@ -105,15 +103,20 @@ impl Engine {
         }
     }
 
-    /// Sends an ACK or NAK from responder QP `qpn`.
-    fn send_ack(&mut self, qpn: u32, psn: u32, syndrome: Syndrome) {
+    /// Sends an ACK or NAK from responder QP `qpn`, after the ACK it owes (if any).
+    pub(super) fn send_ack(&mut self, qpn: u32, psn: u32, syndrome: Syndrome) {
+        self.send_owed_ack(qpn);
+        let Some(qp) = self.qp(qpn) else { return };
+        let msn = qp.resp.msn & PSN_MASK;
+        self.send_aeth(qpn, psn, syndrome, msn);
+    }
+
+    /// Sends an ACK or NAK with this MSN from responder QP `qpn`.
+    pub(super) fn send_aeth(&mut self, qpn: u32, psn: u32, syndrome: Syndrome, msn: u32) {
         let Some(qp) = self.qp(qpn) else { return };
         let attrs = qp.attrs;
         let ext = ExtHeaders {
-            aeth: Some(Aeth {
-                syndrome,
-                msn: qp.resp.msn & PSN_MASK,
-            }),
+            aeth: Some(Aeth { syndrome, msn }),
             ..Default::default()
         };
         if matches!(syndrome, Syndrome::RnrNak { .. }) {
@@ -177,13 +180,7 @@ impl Engine {
                 qp.attrs.rq_psn = psn_add(epsn, n);
                 qp.resp.nak_sent = false;
                 if h.bth.ack_req && h.bth.opcode != op::RC_READ_REQUEST {
-                    self.send_ack(
-                        qpn,
-                        h.bth.psn,
-                        Syndrome::Ack {
-                            credits: NO_CREDITS,
-                        },
-                    );
+                    self.ack_accepted(qpn, h.bth.psn);
                 }
                 self.pump_reads(env, qpn);
             }
@@ -557,6 +554,10 @@ impl Engine {
 
     /// Emits READ response packets while the outbox has room.
     pub(super) fn pump_reads(&mut self, env: &Env<'_>, qpn: u32) {
+        if self.qp(qpn).is_some_and(|q| !q.resp.reads.is_empty()) {
+            // READ responses acknowledge what came before them: the owed ACK goes first.
+            self.send_owed_ack(qpn);
+        }
         let mtu = u64::from(self.qp_mtu(qpn));
         loop {
             if !self.tx_room(1) {

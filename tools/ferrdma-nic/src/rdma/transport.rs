@@ -218,6 +218,9 @@ pub struct RespState {
     pub recv: Option<RecvCtx>,
     pub write: Option<WriteCtx>,
     pub reads: VecDeque<ReadResp>,
+    /// The ACK held until the end of the batch of frames being received
+    /// (`ack_coalescing.rs`).
+    pub owed_ack: Option<super::ack_coalescing::OwedAck>,
 }
 
 impl RespState {
