@@ -192,9 +192,7 @@ impl RawClient {
 
     /// The VERSION handshake.
     pub fn handshake(&mut self) {
-        let json = b"{\"capabilities\":{\"max_msg_fds\":16}}\0";
-        let p = Payload::default().u16(0).u16(1).bytes(json);
-        let r = self.call(cmd::VERSION, &p.0, &[]);
+        let r = self.call(cmd::VERSION, &version_payload(), &[]);
         assert!(!r.is_error(), "VERSION refused: {r:?}");
     }
 
@@ -211,6 +209,12 @@ impl RawClient {
 }
 
 /// A DMA_MAP payload.
+/// The payload of the client's `VERSION`: 0.1, 16 descriptors a message.
+pub fn version_payload() -> Vec<u8> {
+    let json = b"{\"capabilities\":{\"max_msg_fds\":16}}\0";
+    Payload::default().u16(0).u16(1).bytes(json).0
+}
+
 pub fn dma_map(flags: u32, offset: u64, iova: u64, size: u64) -> Vec<u8> {
     Payload::default()
         .u32(32)

@@ -6,13 +6,16 @@
 //!
 //! * The 16-byte header is read first (with any file descriptors sent along: at most
 //!   [`MAX_MSG_FDS`] per message, more end the connection; the kernel closes the excess).
+//!   Reads take what the socket holds, up to 4 KiB, so several small messages cost one
+//!   read; descriptors go with the message that holds the last byte of the read that
+//!   brought them (see `server/inbound.rs`).
 //! * Its message size must lie in `16..=`[`MAX_MESSAGE`] (1 MiB of data plus the region
 //!   access structure) before anything is allocated; otherwise the message cannot be
 //!   delimited, so the server sends an error reply and ends the connection.
-//! * The payload is read into a buffer of exactly that size, then parsed
-//!   ([`crate::vfio::protocol::parse`]): a short payload, an unknown command, a reply or a
-//!   region access count above the limit or not matching the data is refused with an error
-//!   reply (the message boundary is known, so the session goes on).
+//! * The payload is read into a buffer of that size (reused from message to message),
+//!   then parsed ([`crate::vfio::protocol::parse`]): a short payload, an unknown command, a
+//!   reply or a region access count above the limit or not matching the data is refused
+//!   with an error reply (the message boundary is known, so the session goes on).
 //! * `VERSION` must come first and only once; region and irq indices are checked against the
 //!   tables; `DMA_MAP` takes at most one file descriptor, `SET_IRQS` gets all of them, every
 //!   other command's file descriptors are closed.
@@ -109,6 +112,8 @@ pub struct SessionStats {
     pub refused: u64,
     /// The largest buffer allocated for a message or a reply.
     pub largest_buffer: usize,
+    /// Reads from the socket (`recvmsg` calls that returned).
+    pub reads: u64,
 }
 
 /// Why one command failed; the session goes on.
@@ -182,6 +187,8 @@ impl Server {
             backend,
             negotiated: false,
             stats,
+            inbound: Inbound::new(),
+            payload: Vec::new(),
         };
         while session.next_message()? {}
         log::debug!("vfio-user: client closed the connection");
@@ -211,24 +218,19 @@ struct Session<'a> {
     /// `VERSION` was accepted.
     negotiated: bool,
     stats: &'a mut SessionStats,
+    /// The bytes read from the socket and not yet taken.
+    inbound: Inbound,
+    /// The current message's payload (its allocation reused).
+    payload: Vec<u8>,
 }
 
 impl Session<'_> {
     /// Reads and answers one message; `false` when the client closed the connection
     /// between messages.
     fn next_message(&mut self) -> Result<bool, ServerError> {
-        let mut fds = Vec::new();
-        let mut raw = [0u8; HEADER_SIZE];
-        match recv_exact(self.fd, &mut raw, &mut fds)? {
-            0 => return Ok(false),
-            HEADER_SIZE => {}
-            got => {
-                return Err(ServerError::Truncated {
-                    got,
-                    want: HEADER_SIZE,
-                })
-            }
-        }
+        let Some(raw) = self.inbound.header(self.fd, self.stats)? else {
+            return Ok(false);
+        };
         let h = Header::decode(&raw);
         let len = match check_size(&h) {
             Ok(len) => len,
@@ -239,13 +241,13 @@ impl Session<'_> {
                 return Err(ServerError::Framing(e));
             }
         };
-        let mut payload = buffer(len, self.stats)?;
-        let got = recv_exact(self.fd, &mut payload, &mut fds)?;
-        if got != len {
-            return Err(ServerError::Truncated { got, want: len });
-        }
+        // The payload buffer is kept from message to message (a doorbell allocated one).
+        let mut payload = std::mem::take(&mut self.payload);
+        let fds = self.inbound.take(self.fd, len, &mut payload, self.stats)?;
         self.stats.messages = self.stats.messages.saturating_add(1);
-        self.handle(&h, &payload, fds)?;
+        let handled = self.handle(&h, &payload, fds);
+        self.payload = payload;
+        handled?;
         Ok(true)
     }
 
@@ -451,6 +453,23 @@ fn reply_bytes(h: &Header, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Empties `b` and makes room in it for a message of `len` bytes, `len` at most
+/// [`MAX_MESSAGE`]; allocation failure is an error, not an abort.
+fn reserve_message(
+    b: &mut Vec<u8>,
+    len: usize,
+    stats: &mut SessionStats,
+) -> Result<(), ServerError> {
+    if len > MAX_MESSAGE {
+        return Err(ServerError::Alloc(len));
+    }
+    b.clear();
+    b.try_reserve_exact(len)
+        .map_err(|_| ServerError::Alloc(len))?;
+    stats.largest_buffer = stats.largest_buffer.max(b.capacity());
+    Ok(())
+}
+
 /// A zeroed buffer of `len` bytes, `len` at most [`MAX_MESSAGE`]; allocation failure is an
 /// error, not an abort.
 fn buffer(len: usize, stats: &mut SessionStats) -> Result<Vec<u8>, ServerError> {
@@ -484,20 +503,6 @@ fn send_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), ServerError> {
         bytes = bytes.get(n..).unwrap_or(&[]);
     }
     Ok(())
-}
-
-/// Fills `buf` from the socket unless the client closes it first; returns how many bytes
-/// arrived (less than `buf.len()` only at end of file). File descriptors that arrive are
-/// appended to `fds`.
-fn recv_exact(fd: RawFd, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Result<usize, ServerError> {
-    let mut got = 0;
-    while let Some(rest) = buf.get_mut(got..).filter(|r| !r.is_empty()) {
-        match recv_chunk(fd, rest, fds)? {
-            0 => break,
-            n => got = got.saturating_add(n),
-        }
-    }
-    Ok(got)
 }
 
 /// Room for the control message of [`MAX_MSG_FDS`] descriptors (CMSG_SPACE(64) is 80 bytes
@@ -564,6 +569,9 @@ fn take_fds(msg: &libc::msghdr, fds: &mut Vec<OwnedFd>) {
         }
     }
 }
+
+mod inbound;
+use inbound::Inbound;
 
 #[cfg(test)]
 mod tests;

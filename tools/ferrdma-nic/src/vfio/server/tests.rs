@@ -489,3 +489,130 @@ fn messages_that_cannot_be_delimited_end_the_session() {
     drop(wp);
     assert!(write_end_closed(&rp), "the server kept a descriptor");
 }
+
+/// A session whose client sent `first` (bytes with descriptors, in that many `sendmsg`
+/// calls) before the server read anything, then runs `script`; returns how it ended.
+fn session_after(first: &[(Vec<u8>, Vec<RawFd>)], script: impl FnOnce(&mut RawClient)) -> Outcome {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut c = RawClient::from_stream(ours).unwrap();
+    for (bytes, fds) in first {
+        c.send_raw(bytes, fds).unwrap();
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut mock = Mock::default();
+        let mut stats = SessionStats::default();
+        let r = server().serve_with_stats(&theirs, &mut mock, &mut stats);
+        drop(theirs);
+        let _ = tx.send((r, mock, stats));
+    });
+    script(&mut c);
+    drop(c);
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the session ends (no hang, no panic)")
+}
+
+fn message(id: u16, command: u16, flags: u32, payload: &[u8]) -> Vec<u8> {
+    let mut m = vc::header(id, command, (HEADER + payload.len()) as u32, flags);
+    m.extend_from_slice(payload);
+    m
+}
+
+/// Posted writes (QEMU's doorbells) that reach the socket together are read together: a
+/// hundred of them, sent before the server reads, take a few reads, not two each, and
+/// reach the device in order.
+#[test]
+fn posted_writes_sent_together_are_read_together_in_order() {
+    let mut burst = message(0, cmd::VERSION, 0, &vc::version_payload());
+    for i in 0..100u32 {
+        let w = vc::region(1, u64::from(i) * 4, 4, &i.to_ne_bytes());
+        burst.extend(message(
+            1 + i as u16,
+            cmd::REGION_WRITE,
+            flags::NO_REPLY,
+            &w,
+        ));
+    }
+    let (r, mock, stats) = session_after(&[(burst, vec![])], |c| {
+        assert!(!c.recv().unwrap().is_error(), "VERSION");
+        let r = c.call(cmd::REGION_READ, &vc::region(0, 0, 4, &[]), &[]);
+        assert!(!r.is_error());
+    });
+    r.unwrap();
+    let writes: Vec<_> = (0..100u32)
+        .map(|i| Call::Write(1, u64::from(i) * 4, i.to_ne_bytes().to_vec()))
+        .collect();
+    assert_eq!(mock.calls[..100], writes[..]);
+    assert_eq!(mock.calls[100], Call::Read(0, 0, 4));
+    // 101 messages in 3.7 KiB, then the READ and the end of the connection.
+    assert!(stats.reads <= 4, "{stats:?}");
+    assert_eq!(stats.messages, 102);
+}
+
+/// Descriptors go with the message that carried them also when the server reads it
+/// together with others: a posted write, a DMA_MAP with its file and another posted write,
+/// each sent with one `sendmsg` before the server reads; a large write that arrives in
+/// pieces still gets its payload whole.
+#[test]
+fn descriptors_stay_with_their_message_when_messages_are_read_together() {
+    let ram = memfd(0x1000);
+    let (rp, wp) = pipe();
+    let big = vec![0x5au8; 64 << 10];
+    let first = vec![
+        (message(0, cmd::VERSION, 0, &vc::version_payload()), vec![]),
+        (
+            message(
+                1,
+                cmd::REGION_WRITE,
+                flags::NO_REPLY,
+                &vc::region(1, 0, 4, &[1; 4]),
+            ),
+            vec![],
+        ),
+        (
+            message(2, cmd::DMA_MAP, 0, &vc::dma_map(3, 0, 0x10_0000, 0x1000)),
+            vec![ram.as_raw_fd()],
+        ),
+        (
+            message(
+                3,
+                cmd::REGION_WRITE,
+                flags::NO_REPLY,
+                &vc::region(1, 8, 4, &[2; 4]),
+            ),
+            vec![],
+        ),
+        // Descriptors on a command that takes none: closed, the command goes on.
+        (
+            message(4, cmd::DEVICE_RESET, 0, &[]),
+            vec![wp.as_raw_fd(), wp.as_raw_fd()],
+        ),
+        (
+            message(
+                5,
+                cmd::REGION_WRITE,
+                flags::NO_REPLY,
+                &vc::region(1, 0x1000, big.len() as u32, &big),
+            ),
+            vec![],
+        ),
+    ];
+    let (r, mock, _) = session_after(&first, |c| {
+        for what in ["VERSION", "DMA_MAP", "DEVICE_RESET"] {
+            assert!(!c.recv().unwrap().is_error(), "{what}");
+        }
+    });
+    r.unwrap();
+    assert_eq!(
+        mock.calls,
+        vec![
+            Call::Write(1, 0, vec![1; 4]),
+            Call::Map(3, 0, 0x10_0000, 0x1000, true),
+            Call::Write(1, 8, vec![2; 4]),
+            Call::Reset,
+            Call::Write(1, 0x1000, big),
+        ]
+    );
+    drop(wp);
+    assert!(write_end_closed(&rp), "the server kept a descriptor");
+}
