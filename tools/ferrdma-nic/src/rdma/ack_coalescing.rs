@@ -48,13 +48,12 @@ impl Engine {
     /// Ends a batch: sends every ACK owed, in the order the QPs came to owe one.
     pub fn end_rx_batch(&mut self) {
         self.acks.batch = false;
-        let owing = std::mem::take(&mut self.acks.owing);
-        for &qpn in &owing {
+        let mut owing = std::mem::take(&mut self.acks.owing);
+        for qpn in owing.drain(..) {
             self.send_owed_ack(qpn);
         }
         // Keep the allocation for the next batch.
         self.acks.owing = owing;
-        self.acks.owing.clear();
     }
 
     /// Acknowledges accepted request `psn` of responder QP `qpn` that asked for it: at once

@@ -2301,20 +2301,7 @@ fn duplicates_are_reacknowledged_and_reads_reexecuted() {
     let read_frame = net.a.h.dev().take_tx().remove(0);
     let out = |net: &mut Net, f: &[u8]| {
         net.b.h.dev().rx_frame(f);
-        net.b
-            .h
-            .dev()
-            .take_tx()
-            .iter()
-            .map(|f| {
-                let p = crate::wire::parse(f).unwrap();
-                (
-                    p.headers.bth.opcode,
-                    p.headers.bth.psn,
-                    p.headers.ext.aeth.map(|a| a.syndrome),
-                )
-            })
-            .collect::<Vec<_>>()
+        rc_frames(&net.b.h.dev().take_tx())
     };
     let psn = crate::wire::parse(&send_frame).unwrap().headers.bth.psn;
     let ack = Some(Syndrome::Ack { credits: 0x1f });

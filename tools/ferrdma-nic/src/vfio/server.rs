@@ -473,14 +473,9 @@ fn reserve_message(
 /// A zeroed buffer of `len` bytes, `len` at most [`MAX_MESSAGE`]; allocation failure is an
 /// error, not an abort.
 fn buffer(len: usize, stats: &mut SessionStats) -> Result<Vec<u8>, ServerError> {
-    if len > MAX_MESSAGE {
-        return Err(ServerError::Alloc(len));
-    }
     let mut b = Vec::new();
-    b.try_reserve_exact(len)
-        .map_err(|_| ServerError::Alloc(len))?;
+    reserve_message(&mut b, len, stats)?;
     b.resize(len, 0);
-    stats.largest_buffer = stats.largest_buffer.max(b.capacity());
     Ok(b)
 }
 
