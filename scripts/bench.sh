@@ -57,7 +57,7 @@ fi
 { echo "$header"; grep -o 'fabric-bench,.*' "$out/fabric-bench.log" | sed 's/^fabric-bench,//'; } > "$out/nic-level.csv"
 cd "$here/.."
 
-log "bench: 3/4 two VMs, ferrdma and rxe, $reps repetition(s) (TCG: about $((reps * 6)) minutes)"
+log "bench: 3/4 two VMs, ferrdma and rxe, $reps repetition(s) (TCG: about $((reps * 8)) minutes)"
 # Two vCPUs a VM unless FERRDMA_SMP says otherwise (the tests' default is one): rxe does its
 # transport on the guest's CPUs and perftest's loopback ends both busy-poll, and the figures
 # in README were taken with two.
