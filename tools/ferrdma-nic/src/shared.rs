@@ -8,20 +8,24 @@
 //! held while waiting for a NIC (frames to a full engine queue are dropped), so there is no
 //! lock cycle.
 //!
+//! Frames may also be delivered on the sending thread (`fabric/queue.rs`, direct
+//! delivery), which only try-locks this device: with the sender's device locked, a thread
+//! never waits for another device's lock.
+//!
 //! The engine thread sleeps until a frame arrives or the engine's next deadline, and at
 //! most [`IDLE_POLL`] (a timer armed by a doorbell on the server thread is picked up by
-//! then). Timers are at least `transport::MIN_TIMER_US` apart and each wake-up does
+//! then; one armed by a direct delivery wakes it). Timers are at least `transport::MIN_TIMER_US` apart and each wake-up does
 //! bounded work, so a guest cannot make the thread spin.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::device::Device;
-use crate::fabric::queue::{FrameReceiver, Received};
+use crate::fabric::queue::{Deliver, FrameReceiver, Received};
 
 /// Longest sleep of the engine thread.
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
@@ -47,6 +51,18 @@ impl SharedDevice {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
+    }
+}
+
+impl Deliver for SharedDevice {
+    fn try_deliver(&self, frames: &[Vec<u8>]) -> Option<Option<u64>> {
+        let mut d = match self.0.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        d.rx_frames(frames);
+        Some(d.next_deadline())
     }
 }
 
@@ -140,7 +156,14 @@ pub fn spawn_engine(
     let join = std::thread::Builder::new()
         .name(format!("{name}-engine"))
         .spawn(move || {
+            let direct: Arc<dyn Deliver> = Arc::new(dev.clone());
+            if let Some(rx) = &inbound {
+                rx.set_direct(Some(&direct));
+            }
             engine_loop(&dev, inbound.as_ref(), &flag);
+            if let Some(rx) = &inbound {
+                rx.set_direct(None);
+            }
             inbound
         })?;
     Ok(EngineThread {
@@ -151,15 +174,17 @@ pub fn spawn_engine(
 
 fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
-        let wait = {
+        let (wait, wakes_at) = {
             let d = dev.lock();
             let now = d.now_us();
-            match d.next_deadline() {
+            let wait = match d.next_deadline() {
                 Some(t) => Duration::from_micros(t.saturating_sub(now)).clamp(MIN_SLEEP, IDLE_POLL),
                 None => IDLE_POLL,
-            }
+            };
+            let wait_us = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+            (wait, now.saturating_add(wait_us))
         };
-        let frames = match inbound.map(|rx| rx.recv(RX_BATCH, wait)) {
+        let frames = match inbound.map(|rx| rx.recv_or_wake(RX_BATCH, wait, Some(wakes_at))) {
             Some(Received::Frames(f)) => f,
             Some(Received::Timeout) => Vec::new(),
             Some(Received::Closed) | None => {

@@ -6,7 +6,8 @@
 //! burst one engine step emitted, a LAN connection's reader what one read decoded — and
 //! queue them to the destination ports. So a frame between two NICs crosses no thread of
 //! the fabric's own (a switch thread cost a wake-up per burst and a fifth of the CPU of a
-//! two-NIC stream). One timer thread releases frames a fault link delayed and flushes the
+//! two-NIC stream); after the switch's lock is released, a burst to an idle NIC may even be
+//! delivered on the same thread (`queue.rs`). One timer thread releases frames a fault link delayed and flushes the
 //! capture at most [`FLUSH_DELAY`] after its oldest unwritten frame (a write system call per
 //! frame cost half the switching time under load); a control request and the process's
 //! shutdown flush it too.
@@ -126,13 +127,27 @@ impl Shared {
         lock(&self.core)
     }
 
-    /// Switches `frames` from `port`, in order.
+    /// Switches `frames` from `port`, in order. What goes to NIC engines is handed over
+    /// once the switch's lock is released: it may be delivered on this thread
+    /// (`queue.rs`), and the NIC's own frames are switched again then.
     fn switch(&self, port: PortId, frames: Vec<Vec<u8>>) {
         if frames.is_empty() {
             return;
         }
-        if self.lock().switch_burst(port, frames) {
+        let (wake, batches) = {
+            let mut core = self.lock();
+            let wake = core.switch_burst(port, frames);
+            (wake, core.st.take_batches())
+        };
+        if wake {
             let _ = self.wake.try_send(());
+        }
+        for (p, q, batch) in batches {
+            let n = batch.len();
+            let taken = q.deliver(batch);
+            if taken < n {
+                self.lock().st.count_engine_drops(p, n - taken);
+            }
         }
     }
 }
@@ -880,7 +895,36 @@ impl SwitchState {
         }
     }
 
-    /// Hands each engine the frames switched to it since the last call.
+    /// Takes the frames switched to each engine since the last call, with its queue, for
+    /// [`FrameSender::deliver`] after the lock is released; counts them as sent
+    /// ([`SwitchState::count_engine_drops`] takes back what did not fit).
+    fn take_batches(&mut self) -> Vec<(PortId, FrameSender, Vec<Vec<u8>>)> {
+        let mut out = Vec::new();
+        for (p, batch) in self.engine_batches.iter_mut() {
+            if batch.is_empty() {
+                continue;
+            }
+            let Some(q) = self.engine_queues.get(p) else {
+                batch.clear();
+                continue;
+            };
+            self.stats.entry(*p).or_default().tx += batch.len() as u64;
+            out.push((*p, q.clone(), std::mem::take(batch)));
+        }
+        out
+    }
+
+    /// `n` frames taken by [`SwitchState::take_batches`] for engine port `p` did not fit
+    /// its queue.
+    fn count_engine_drops(&mut self, p: PortId, n: usize) {
+        let st = self.stats.entry(p).or_default();
+        st.tx = st.tx.saturating_sub(n as u64);
+        st.queue_drops += n as u64;
+        log::debug!("port {p}: engine queue full, {} drops", st.queue_drops);
+    }
+
+    /// Hands each engine the frames switched to it since the last call (queued: under the
+    /// switch's lock, never delivered on this thread).
     fn deliver_batches(&mut self) {
         for (p, batch) in self.engine_batches.iter_mut() {
             if batch.is_empty() {
@@ -1014,7 +1058,6 @@ impl Core {
             }
             self.flow_control(now);
         }
-        self.st.deliver_batches();
         let sooner = match (self.next_due(), due_before) {
             (Some(now), Some(before)) => now < before,
             (Some(_), None) => true,

@@ -342,8 +342,13 @@ impl Host {
     }
 
     pub fn doorbell(&mut self, page: u32, off: usize, v: u32) {
+        Self::doorbell_of(&self.shared, page, off, v);
+    }
+
+    /// [`Host::doorbell`] from any thread (as the vfio-user server thread rings them).
+    pub fn doorbell_of(dev: &SharedDevice, page: u32, off: usize, v: u32) {
         let at = u64::from(page) * DB_PAGE_SIZE as u64 + off as u64;
-        self.dev()
+        dev.lock()
             .write_region(REGION_DB, at, &v.to_le_bytes())
             .unwrap();
     }
