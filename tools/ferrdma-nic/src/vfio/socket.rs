@@ -218,9 +218,14 @@ pub(crate) fn serve_device(
     clients: Clients,
 ) -> Result<(), ServeError> {
     let name = socket.path().display().to_string();
+    // The engine thread is named after this one ("nic0" makes "nic0-engine"): Linux keeps
+    // 15 bytes of a thread's name, too few for a socket path, and profiles go by them.
+    let thread = std::thread::current()
+        .name()
+        .map_or_else(|| name.clone(), str::to_owned);
     let server = Server::new(irq_infos(), server_regions());
     let outcome = loop {
-        let engine = spawn_engine(&name, shared.clone(), inbound.take()).map_err(|source| {
+        let engine = spawn_engine(&thread, shared.clone(), inbound.take()).map_err(|source| {
             ServeError::Io {
                 path: socket.path().to_path_buf(),
                 source,
