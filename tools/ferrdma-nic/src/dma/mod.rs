@@ -10,6 +10,7 @@ pub mod mapping;
 use std::collections::BTreeMap;
 use std::fs::File;
 
+use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::dma::mapping::{MapError, Mapping};
@@ -311,12 +312,18 @@ impl DmaSpace {
 
     /// Resolves `[addr, addr + len)` into segments of accessible mappings, checking every
     /// byte before anything is copied.
-    fn segments(&self, addr: u64, len: usize, write: bool) -> Result<Vec<Segment<'_>>, DmaError> {
+    fn segments(
+        &self,
+        addr: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<SmallVec<[Segment<'_>; 4]>, DmaError> {
         let len64 = len as u64;
         let end = addr
             .checked_add(len64)
             .ok_or(DmaError::Overflow { addr, len: len64 })?;
-        let mut segs = Vec::new();
+        // Inline: an access spans one or two mappings, and this runs twice a packet.
+        let mut segs = SmallVec::new();
         let mut cur = addr;
         while cur < end {
             let (start, r) = self

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
 use thiserror::Error;
 
 use super::control::{self, Command, PortRef, Reply, SabotageKnob};
@@ -583,26 +584,27 @@ fn ns_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The switch's state besides the `Switch` itself.
+/// The switch's state besides the `Switch` itself. Maps keyed by port use FxHash: a few
+/// lookups a frame, and ports are the fabric's own numbers, never a guest's.
 struct SwitchState {
     sw: Switch,
     start: Instant,
-    queues: HashMap<PortId, SyncSender<Vec<u8>>>,
-    engine_queues: HashMap<PortId, FrameSender>,
+    queues: FxHashMap<PortId, SyncSender<Vec<u8>>>,
+    engine_queues: FxHashMap<PortId, FrameSender>,
     /// Frames switched to each engine port during the current burst, queued at its end (one
     /// lock and at most one wake-up per engine and burst).
-    engine_batches: HashMap<PortId, Vec<Vec<u8>>>,
+    engine_batches: FxHashMap<PortId, Vec<Vec<u8>>>,
     /// LAN ports and the index of the socket they joined on.
-    port_lan: HashMap<PortId, usize>,
-    links: HashMap<PortId, Link>,
+    port_lan: FxHashMap<PortId, usize>,
+    links: FxHashMap<PortId, Link>,
     /// Ports with a link model: frames leave at its line rate, after its delay.
-    shapers: HashMap<PortId, Egress>,
+    shapers: FxHashMap<PortId, Egress>,
     /// The other direction of a shaped port's cable: the station's transmitter, at the same
     /// rate and delay, where frames from the port wait before the switch sees them, and
     /// which obeys the PFC frames the switch sends the port.
-    uplinks: HashMap<PortId, Egress>,
+    uplinks: FxHashMap<PortId, Egress>,
     /// Ports the switch flow-controls (PFC), by what came in from them.
-    pfc: HashMap<PortId, PfcIngress>,
+    pfc: FxHashMap<PortId, PfcIngress>,
     settings: HashMap<PortRef, Setting>,
     stats: BTreeMap<PortId, PortStats>,
     seed: u64,
@@ -966,14 +968,14 @@ impl Core {
         let mut st = SwitchState {
             sw: Switch::new(AGING_SECS),
             start: Instant::now(),
-            queues: HashMap::new(),
-            engine_queues: HashMap::new(),
-            engine_batches: HashMap::new(),
-            port_lan: HashMap::new(),
-            links: HashMap::new(),
-            shapers: HashMap::new(),
-            uplinks: HashMap::new(),
-            pfc: HashMap::new(),
+            queues: FxHashMap::default(),
+            engine_queues: FxHashMap::default(),
+            engine_batches: FxHashMap::default(),
+            port_lan: FxHashMap::default(),
+            links: FxHashMap::default(),
+            shapers: FxHashMap::default(),
+            uplinks: FxHashMap::default(),
+            pfc: FxHashMap::default(),
             settings: HashMap::new(),
             stats: BTreeMap::new(),
             seed: faults.seed,
@@ -1053,8 +1055,10 @@ impl Core {
                 u.offer(frame, now);
             }
         } else {
+            // One clock read a burst for the MAC table's aging (seconds).
+            let secs = self.st.start.elapsed().as_secs();
             for frame in frames {
-                self.switch_one(port, frame, now);
+                self.switch_one(port, frame, now, secs);
             }
             self.flow_control(now);
         }
@@ -1067,14 +1071,14 @@ impl Core {
     }
 
     /// Switches one frame from `port` that reached the switch at `now` (ns; 0 when no port
-    /// has a link model): learning, capture, the destination ports' links and queues.
-    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, now: u64) {
+    /// has a link model; `secs` on the MAC table's clock): learning, capture, the
+    /// destination ports' links and queues.
+    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, now: u64, secs: u64) {
         if self.st.links.get(&port).is_some_and(Link::is_down) {
             self.st.stats.entry(port).or_default().rx_down += 1;
             return;
         }
         self.st.stats.entry(port).or_default().rx += 1;
-        let secs = self.st.start.elapsed().as_secs();
         self.st.sw.forward(port, &frame, secs, &mut self.out);
         if self.out.is_empty() {
             return;
@@ -1213,7 +1217,7 @@ impl Core {
                     u.poll(t, &mut frames);
                 }
                 for f in frames {
-                    self.switch_one(p, f, t);
+                    self.switch_one(p, f, t, self.st.start.elapsed().as_secs());
                 }
             }
             for &p in &shaped_ports {

@@ -19,6 +19,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use rustc_hash::FxHashMap;
+
 pub type PortId = usize;
 pub type Mac = [u8; 6];
 
@@ -63,7 +65,9 @@ struct Entry {
 #[derive(Debug)]
 pub struct Switch {
     ports: BTreeSet<PortId>,
-    engines: HashMap<Mac, PortId>,
+    /// The NICs' MACs (the host's, so FxHash); the learned table keeps SipHash, as guests
+    /// choose its keys.
+    engines: FxHashMap<Mac, PortId>,
     table: HashMap<Mac, Entry>,
     aging: u64,
     table_max: usize,
@@ -129,7 +133,7 @@ impl Switch {
     pub fn with_table_max(aging: u64, table_max: usize) -> Self {
         Switch {
             ports: BTreeSet::new(),
-            engines: HashMap::new(),
+            engines: FxHashMap::default(),
             table: HashMap::new(),
             aging,
             table_max,

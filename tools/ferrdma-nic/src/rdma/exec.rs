@@ -996,7 +996,7 @@ impl Engine {
         }
         if let Some(off) = self.sabotage.target(w.len) {
             // The host's test-only corruption knob: flip one placed byte.
-            let placed = SegList::new(segs);
+            let placed = SegList::new(segs.into_vec());
             let mut b = [0u8];
             if placed.read_at(env.mem, off, &mut b).is_ok() {
                 b[0] ^= super::sabotage::FLIP;
@@ -1056,7 +1056,7 @@ impl Engine {
                 return Outcome::Fail(flush::REM_ACCESS, ae::QP_REMOTE_ERROR);
             }
         };
-        match copy(env, &Src::Segs(remote), &local) {
+        match copy(env, &Src::Segs(remote.into_vec()), &local) {
             Ok(()) => {
                 self.stats.rx_bytes += w.len;
                 self.stats.rx_packets += 1;

@@ -16,6 +16,9 @@ use crate::interface::{
 
 /// One contiguous piece of guest memory: bus address and length.
 pub type Seg = (u64, u64);
+/// The segments of one access: most packets need one or two, kept inline (no heap
+/// allocation a packet on the data path).
+pub type Segs = smallvec::SmallVec<[Seg; 4]>;
 
 /// What an access wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,12 +113,12 @@ impl Mr {
     }
 
     /// Bus-address segments of `[va, va + len)`; `len` must be non-zero.
-    fn segments(&self, va: u64, len: u64) -> Result<Vec<Seg>, AccessFault> {
+    fn segments(&self, va: u64, len: u64) -> Result<Segs, AccessFault> {
         let start = self.bounds(va, len)?;
         let ps = 1u64 << self.page_shift;
         let mut off = (self.iova & (ps - 1)) + start;
         let mut left = len;
-        let mut segs: Vec<Seg> = Vec::new();
+        let mut segs = Segs::new();
         while left > 0 {
             let page = self
                 .pages
@@ -241,9 +244,9 @@ impl MrTable {
         va: u64,
         len: u64,
         need: Need,
-    ) -> Result<Vec<Seg>, AccessFault> {
+    ) -> Result<Segs, AccessFault> {
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(Segs::new());
         }
         self.permitted(stag, pd, need)?.segments(va, len)
     }
@@ -291,10 +294,10 @@ impl MrTable {
         va: u64,
         len: u64,
         need: Need,
-    ) -> Result<Vec<Seg>, AccessFault> {
+    ) -> Result<Segs, AccessFault> {
         match Self::local_dma(dma, stag, need) {
-            Some(_) if len == 0 => Ok(Vec::new()),
-            Some(mem) => Self::probe(mem, va, len, need).map(|()| vec![(va, len)]),
+            Some(_) if len == 0 => Ok(Segs::new()),
+            Some(mem) => Self::probe(mem, va, len, need).map(|()| smallvec::smallvec![(va, len)]),
             None => self.translate(stag, pd, va, len, need),
         }
     }
@@ -352,15 +355,15 @@ mod tests {
         // Offset 0x800 into page 0; 0x1000 bytes spans pages 0 and 1 (adjacent: merged).
         assert_eq!(
             t.translate(stag, 3, 0x7000_0800, 0x1000, Need::LocalRead),
-            Ok(vec![(0x10800, 0x1000)])
+            Ok(smallvec::smallvec![(0x10800, 0x1000)])
         );
         assert_eq!(
             t.translate(stag, 3, 0x7000_1f00, 0x200, Need::LocalWrite),
-            Ok(vec![(0x11f00, 0x100), (0x40000, 0x100)])
+            Ok(smallvec::smallvec![(0x11f00, 0x100), (0x40000, 0x100)])
         );
         assert_eq!(
             t.translate(stag, 3, 0x7000_2700, 0x100, Need::LocalRead),
-            Ok(vec![(0x40700, 0x100)])
+            Ok(smallvec::smallvec![(0x40700, 0x100)])
         );
         let bad = |va, len, need| t.translate(stag, 3, va, len, need).unwrap_err();
         assert_eq!(bad(0x7000_07ff, 1, Need::LocalRead), AccessFault::Bounds);
@@ -379,7 +382,10 @@ mod tests {
             t.translate(6 << 8, 3, 0, 1, Need::LocalRead),
             Err(AccessFault::NoMr)
         );
-        assert_eq!(t.translate(u32::MAX, 3, 0, 0, Need::LocalRead), Ok(vec![]));
+        assert_eq!(
+            t.translate(u32::MAX, 3, 0, 0, Need::LocalRead),
+            Ok(smallvec::smallvec![])
+        );
         t.invalidate(stag, 3).unwrap();
         assert_eq!(
             t.translate(stag, 3, 0x7000_0800, 1, Need::LocalRead),
@@ -396,7 +402,7 @@ mod tests {
         t.insert(0x112, mr(MR_ACCESS_ZERO_BASED));
         assert_eq!(
             t.translate(0x112, 3, 0, 0x10, Need::LocalRead),
-            Ok(vec![(0x10800, 0x10)])
+            Ok(smallvec::smallvec![(0x10800, 0x10)])
         );
         assert!(t.translate(0x112, 3, 0x2000, 1, Need::LocalRead).is_err());
     }
