@@ -14,8 +14,9 @@
 //!
 //! The engine thread sleeps until a frame arrives or the engine's next deadline, and at
 //! most [`IDLE_POLL`] (a timer armed by a doorbell on the server thread is picked up by
-//! then; one armed by a direct delivery wakes it). Timers are at least `transport::MIN_TIMER_US` apart and each wake-up does
-//! bounded work, so a guest cannot make the thread spin.
+//! then; one armed by a direct delivery wakes it). Timers are at least
+//! `transport::MIN_TIMER_US` apart and each wake-up does bounded work, so a guest cannot
+//! make the thread spin.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};

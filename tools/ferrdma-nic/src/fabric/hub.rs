@@ -928,21 +928,11 @@ impl SwitchState {
     /// Hands each engine the frames switched to it since the last call (queued: under the
     /// switch's lock, never delivered on this thread).
     fn deliver_batches(&mut self) {
-        for (p, batch) in self.engine_batches.iter_mut() {
-            if batch.is_empty() {
-                continue;
-            }
-            let Some(q) = self.engine_queues.get(p) else {
-                batch.clear();
-                continue;
-            };
+        for (p, q, batch) in self.take_batches() {
             let n = batch.len();
-            let queued = q.push(batch.drain(..));
-            let st = self.stats.entry(*p).or_default();
-            st.tx += queued as u64;
-            st.queue_drops += (n - queued) as u64;
+            let queued = q.push(batch);
             if queued < n {
-                log::debug!("port {p}: engine queue full, {} drops", st.queue_drops);
+                self.count_engine_drops(p, n - queued);
             }
         }
     }
