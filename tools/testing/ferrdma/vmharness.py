@@ -470,6 +470,11 @@ class Config:
     # Give the script its own, shorter time limit in the guest, so that a hung script still
     # leaves a status, output and dmesg behind. Only the harness's self-test turns it off.
     guest_timeout: bool = True
+    # Seconds a VM may run on after another VM's script failed (status not 0) before the
+    # harness stops it: a peer left alone waits at its next barrier until that barrier's own
+    # limit (up to PERFTEST_TIMEOUT + 60 s), doing nothing. The grace lets a peer that failed
+    # for a reason of its own at about the same time report it.
+    peer_grace: float = 60.0
     # Streams the scripts' output live: called with (node, line) for each complete line.
     on_output: Callable[[int, str], None] | None = None
     # Progress messages (a line of text each).
@@ -485,6 +490,7 @@ class VmResult:
     node: int
     status: int | None = None  # the script's exit status; None if the guest never reported it
     timed_out: bool = False  # the harness had to kill QEMU
+    stopped_for_peer: bool = False  # stopped after another VM's script failed (peer_grace)
     qemu_status: int | None = None
     output: str = ""  # the script's stdout and stderr
     splats: list[splat.Splat] = dataclasses.field(default_factory=list)  # incl. expected ones
@@ -1355,6 +1361,7 @@ def run(cfg: Config) -> RunResult:
                     _wait_for_socket(lan_sock, qemus[0], 15.0)
             # 3. Wait for every guest to power off, or for the deadline.
             deadline = start + cfg.timeout
+            peer_failed: tuple[float, str] | None = None  # (when to stop the rest, why)
             while True:
                 drain()
                 if fabric_ctl is not None:
@@ -1372,6 +1379,20 @@ def run(cfg: Config) -> RunResult:
                             if other is not None and not other.exited():
                                 results[j].problems.append(f"stopped early: vm{i + 1} failed")
                                 other.stop()
+                    elif peer_failed is None and cfg.vms > 1:
+                        status = _read(os.path.join(logdir, f"vm{i + 1}", "status"))
+                        if status is not None and status.strip() not in ("", "0"):
+                            peer_failed = (time.monotonic() + cfg.peer_grace,
+                                           f"vm{i + 1}'s script failed (status "
+                                           f"{status.strip()})")
+                if peer_failed is not None and time.monotonic() >= peer_failed[0]:
+                    for j, other in enumerate(qemus):
+                        if other is not None and not other.exited():
+                            results[j].problems.append(
+                                f"stopped {cfg.peer_grace:.0f} s after {peer_failed[1]}: "
+                                "it would only have waited for its peer")
+                            results[j].stopped_for_peer = True
+                            other.stop()
                 for i, nic in enumerate(nics):
                     q = qemus[i]
                     if (nic is not None and nic.exited() and q is not None and not q.exited()
@@ -1574,7 +1595,7 @@ def _collect(vm: VmResult, logdir: str, cfg: Config, script_timeout: int,
     if vm.timed_out:
         vm.problems.append(_timeout_problem(cfg))
     if vm.status is None:
-        if not vm.timed_out:
+        if not vm.timed_out and not vm.stopped_for_peer:
             vm.problems.append("the guest did not report the script's exit status "
                                f"(crashed or failed to boot? see {console_path})")
     elif vm.status == 124 and script_timeout:

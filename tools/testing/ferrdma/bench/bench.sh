@@ -32,6 +32,7 @@ RXE_NET=10.78.0
 RXE_IP=$RXE_NET.$FERRDMA_NODE
 RXE_PEER_IP=$RXE_NET.$((3 - FERRDMA_NODE))
 PERFTEST_TIMEOUT=900
+PERFTEST_TRIES=4
 FIO_SECONDS=10
 [ "$mode" = smoke ] && FIO_SECONDS=1
 PERFTEST_LOGS=/tmp/bench-logs
@@ -134,7 +135,7 @@ measure() {
 	[ "$FERRDMA_NODE" = 1 ] && note "bench: $name: $tool $*"
 	if [ "$scope" = loopback ]; then
 		if [ "$FERRDMA_NODE" = 1 ]; then
-			# Both ends here: perftest_pair as in a one-VM run (it repeats a run once whose
+			# Both ends here: perftest_pair as in a one-VM run (it repeats a run whose
 			# clock calibration failed, announced).
 			FERRDMA_NVMS=1 perftest_pair "$name" 1 127.0.0.1 "$tool" -d "$dev" -x "$g" -F "$@"
 			rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"

@@ -617,6 +617,10 @@ fabric_pci() {
 # (announced with `retrying`). Any other failure fails the test.
 PERFTEST_LOGS=/tmp/perftest
 PERFTEST_TIMEOUT=300 # seconds, for each side of a run
+# Runs of a pair whose only failure was perftest's clock calibration: the tests repeat such a
+# run once; make bench, whose long runs on a loaded host fail it more often (seen: twice in a
+# row on one run of 29 minutes), up to three times.
+PERFTEST_TRIES=2
 PERFTEST_SERVER_LOG=
 PERFTEST_CLIENT_LOG=
 
@@ -667,7 +671,7 @@ perftest_pair() {
 	mkdir -p "$PERFTEST_LOGS"
 	PERFTEST_SERVER_LOG=$PERFTEST_LOGS/$name.server
 	PERFTEST_CLIENT_LOG=$PERFTEST_LOGS/$name.client
-	for try in 1 2; do
+	for ((try = 1; try <= PERFTEST_TRIES; try++)); do
 		co=- so=-
 		if [ "$serve" = 1 ]; then
 			timeout "$PERFTEST_TIMEOUT" "$@" > "$PERFTEST_SERVER_LOG" 2>&1 &
@@ -693,9 +697,9 @@ perftest_pair() {
 		fi
 		[ "$FERRDMA_NVMS" = 1 ] || so=$(barrier_word "$name-$try-server" "$snode" "$so")
 		[ "$co/$so" = ok/ok ] && return 0
-		# Repeated once: a run where a side's clock calibration failed and the other side
-		# passed, was stopped, or failed only because that side quit ("peer").
-		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
+		# Repeated (PERFTEST_TRIES): a run where a side's clock calibration failed and the
+		# other side passed, was stopped, or failed only because that side quit ("peer").
+		if [ "$try" -lt "$PERFTEST_TRIES" ] && [ "$co" != fail ] && [ "$so" != fail ] &&
 			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
 			# Announced once, by the node that runs the client.
 			[ "$connect" = 0 ] || retrying "$name" "perftest's TSC calibration failed" \
