@@ -22,6 +22,7 @@ use crate::rdma::{Engine, Env};
 use crate::vfio::irq_request::{IrqAction, IrqData, IrqRequest, IrqRequestError};
 use crate::vfio::layout::{REGION_BAR0, REGION_CONFIG, REGION_DB, REGION_MSIX_BAR};
 use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+use crate::wire::{Icrc, RxFrame};
 
 /// `DMA_MAP` flag: the device may read.
 pub const DMA_MAP_READ: u32 = DmaMapFlags::READ;
@@ -196,9 +197,19 @@ impl Device {
     /// engine queued go to the sink at the end (or when half the outbox is taken, so that
     /// the ACKs and packets the batch opens the window for find room).
     pub fn rx_frames(&mut self, frames: &[Vec<u8>]) {
+        self.rx_batch(frames.iter().map(|f| (f.as_slice(), Icrc::Verify)));
+    }
+
+    /// [`Device::rx_frames`] for frames from the fabric's queue, some of whose ICRCs are
+    /// known good (`wire/rx_frame.rs`).
+    pub fn rx_queued(&mut self, frames: &[RxFrame]) {
+        self.rx_batch(frames.iter().map(|f| (f.bytes(), f.icrc())));
+    }
+
+    fn rx_batch<'a>(&mut self, frames: impl Iterator<Item = (&'a [u8], Icrc)>) {
         self.engine.begin_rx_batch();
-        for f in frames {
-            self.with_env(|e, env| e.rx_frame(env, f));
+        for (f, icrc) in frames {
+            self.with_env(|e, env| e.rx_frame_with(env, f, icrc));
             if self.engine.tx_half_full() {
                 self.flush_tx();
             }

@@ -27,6 +27,7 @@ use crate::vfio::server::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 use crate::device::Device;
 use crate::fabric::queue::{Deliver, FrameReceiver, Received};
+use crate::wire::RxFrame;
 
 /// Longest sleep of the engine thread.
 pub const IDLE_POLL: Duration = Duration::from_millis(10);
@@ -56,13 +57,13 @@ impl SharedDevice {
 }
 
 impl Deliver for SharedDevice {
-    fn try_deliver(&self, frames: &[Vec<u8>]) -> Option<Option<u64>> {
+    fn try_deliver(&self, frames: &[RxFrame]) -> Option<Option<u64>> {
         let mut d = match self.0.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        d.rx_frames(frames);
+        d.rx_queued(frames);
         Some(d.next_deadline())
     }
 }
@@ -195,7 +196,7 @@ fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &Atomi
         };
         let mut d = dev.lock();
         if !frames.is_empty() {
-            d.rx_frames(&frames);
+            d.rx_queued(&frames);
         }
         d.serve_host_requests();
         if d.next_deadline().is_some_and(|t| t <= d.now_us()) {

@@ -53,6 +53,7 @@ use crate::rdma::congestion::{CcConfig, CcKnob};
 use crate::rdma::sabotage::Sabotage;
 use crate::vfio::socket::{bind, ServeError, SocketFile};
 use crate::wire::pfc as wpfc;
+use crate::wire::RxFrame;
 
 /// Frames queued towards one port before further ones are dropped.
 const PORT_QUEUE: usize = 256;
@@ -300,7 +301,9 @@ impl EnginePort {
         Arc::clone(&self.sabotage)
     }
 
-    /// Switches what one engine step emitted (on the caller's thread).
+    /// Switches what one engine step emitted (on the caller's thread): frames its engine
+    /// built (`Engine::take_tx`) and nothing else, as the switch passes them on to other
+    /// engines as built here, their ICRCs not checked again (`wire/rx_frame.rs`).
     pub fn send(&self, frames: Vec<Vec<u8>>) {
         self.shared.switch(self.port, frames);
     }
@@ -593,7 +596,7 @@ struct SwitchState {
     engine_queues: FxHashMap<PortId, FrameSender>,
     /// Frames switched to each engine port during the current burst, queued at its end (one
     /// lock and at most one wake-up per engine and burst).
-    engine_batches: FxHashMap<PortId, Vec<Vec<u8>>>,
+    engine_batches: FxHashMap<PortId, Vec<RxFrame>>,
     /// LAN ports and the index of the socket they joined on.
     port_lan: FxHashMap<PortId, usize>,
     links: FxHashMap<PortId, Link>,
@@ -850,16 +853,25 @@ impl SwitchState {
 
     /// Queue a frame that came in from `ingress` to a port at `now` (ns) through its link (if
     /// it has one); frames to an engine wait in its batch for
-    /// [`SwitchState::deliver_batches`].
+    /// [`SwitchState::deliver_batches`]. `from_engine`: the frame is as an engine of this
+    /// process built it (it came straight from an engine port, through no link model).
     fn emit(
         &mut self,
         p: PortId,
         ingress: PortId,
         frame: Vec<u8>,
+        from_engine: bool,
         ready: &mut Vec<Vec<u8>>,
         now: u64,
     ) {
         ready.clear();
+        if !self.links.contains_key(&p) && !self.shapers.contains_key(&p) {
+            // Nothing on this port can change the frame: an engine's frame stays vouched
+            // for (`wire/rx_frame.rs`).
+            ready.push(frame);
+            self.queue_to(p, ready, from_engine);
+            return;
+        }
         match self.links.get_mut(&p) {
             Some(link) => {
                 let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -868,7 +880,7 @@ impl SwitchState {
             None => ready.push(frame),
         }
         self.shape(p, ingress, ready, now);
-        self.queue_to(p, ready);
+        self.queue_to(p, ready, false);
     }
 
     /// Passes `frames` (from `ingress`) through port `p`'s link model at `now`, if it has
@@ -883,15 +895,21 @@ impl SwitchState {
         }
     }
 
-    /// Queues `frames` (drained) to port `p`.
-    fn queue_to(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>) {
+    /// Queues `frames` (drained) to port `p`. `built_here`: they are exactly as engines of
+    /// this process built them, so an engine receiving them need not check their ICRCs.
+    fn queue_to(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>, built_here: bool) {
         if let Some(q) = self.queues.get(&p) {
             let st = self.stats.entry(p).or_default();
             for f in frames.drain(..) {
                 enqueue(q, p, f, st);
             }
         } else if self.engine_queues.contains_key(&p) {
-            self.engine_batches.entry(p).or_default().append(frames);
+            let batch = self.engine_batches.entry(p).or_default();
+            if built_here {
+                batch.extend(frames.drain(..).map(RxFrame::built_here));
+            } else {
+                batch.extend(frames.drain(..).map(RxFrame::from_wire));
+            }
         } else {
             frames.clear();
         }
@@ -900,7 +918,7 @@ impl SwitchState {
     /// Takes the frames switched to each engine since the last call, with its queue, for
     /// [`FrameSender::deliver`] after the lock is released; counts them as sent
     /// ([`SwitchState::count_engine_drops`] takes back what did not fit).
-    fn take_batches(&mut self) -> Vec<(PortId, FrameSender, Vec<Vec<u8>>)> {
+    fn take_batches(&mut self) -> Vec<(PortId, FrameSender, Vec<RxFrame>)> {
         let mut out = Vec::new();
         for (p, batch) in self.engine_batches.iter_mut() {
             if batch.is_empty() {
@@ -1047,8 +1065,10 @@ impl Core {
         } else {
             // One clock read a burst for the MAC table's aging (seconds).
             let secs = self.st.start.elapsed().as_secs();
+            // An engine port's frames come as its engine built them (`wire/rx_frame.rs`).
+            let from_engine = self.st.engine_queues.contains_key(&port);
             for frame in frames {
-                self.switch_one(port, frame, now, secs);
+                self.switch_one(port, frame, from_engine, now, secs);
             }
             self.flow_control(now);
         }
@@ -1063,7 +1083,7 @@ impl Core {
     /// Switches one frame from `port` that reached the switch at `now` (ns; 0 when no port
     /// has a link model; `secs` on the MAC table's clock): learning, capture, the
     /// destination ports' links and queues.
-    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, now: u64, secs: u64) {
+    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, from_engine: bool, now: u64, secs: u64) {
         if self.st.links.get(&port).is_some_and(Link::is_down) {
             self.st.stats.entry(port).or_default().rx_down += 1;
             return;
@@ -1078,9 +1098,11 @@ impl Core {
         let out = std::mem::take(&mut self.out);
         if let Some((&last, rest)) = out.split_last() {
             for &p in rest {
-                self.st.emit(p, port, frame.clone(), &mut self.ready, now);
+                self.st
+                    .emit(p, port, frame.clone(), from_engine, &mut self.ready, now);
             }
-            self.st.emit(last, port, frame, &mut self.ready, now);
+            self.st
+                .emit(last, port, frame, from_engine, &mut self.ready, now);
         }
         self.out = out;
     }
@@ -1135,7 +1157,7 @@ impl Core {
             } else {
                 self.ready.clear();
                 self.ready.push(frame);
-                self.st.queue_to(p, &mut self.ready);
+                self.st.queue_to(p, &mut self.ready, false);
             }
         }
     }
@@ -1170,7 +1192,7 @@ impl Core {
             }
             let now = self.st.ns();
             self.st.shape(p, NO_INGRESS, &mut self.ready, now);
-            self.st.queue_to(p, &mut self.ready);
+            self.st.queue_to(p, &mut self.ready, false);
         }
         let now = self.st.ns();
         self.run_models(now);
@@ -1207,7 +1229,8 @@ impl Core {
                     u.poll(t, &mut frames);
                 }
                 for f in frames {
-                    self.switch_one(p, f, t, self.st.start.elapsed().as_secs());
+                    // Through a link model (which may mark ECN): no longer as built.
+                    self.switch_one(p, f, false, t, self.st.start.elapsed().as_secs());
                 }
             }
             for &p in &shaped_ports {
@@ -1222,7 +1245,7 @@ impl Core {
                         }
                     }
                 }
-                self.st.queue_to(p, &mut self.ready);
+                self.st.queue_to(p, &mut self.ready, false);
             }
             self.flow_control(t);
         }
@@ -1436,6 +1459,45 @@ mod tests {
         (macs, nics, [rx_a, rx_b])
     }
 
+    /// A frame from one engine to another with nothing between arrives vouched for (its
+    /// ICRC is not checked again, `wire/rx_frame.rs`); through a fault link on the
+    /// receiving port, or from a LAN, the same frame is checked.
+    #[test]
+    fn only_frames_straight_from_an_engine_skip_the_icrc_check() {
+        use super::super::control::handle_line;
+        use super::super::queue::Received;
+        use crate::wire::Icrc;
+        let d = tmpdir();
+        let lan = d.join("lan.sock");
+        let ([a, b], nics, [rx_a, _rx_b]) = two_nics(12);
+        let hub = Hub::start(std::slice::from_ref(&lan), None, nics, Faults::default()).unwrap();
+        let f = crate::fabric::testframes::roce(a, b, false, false);
+        let recv = |n: usize| {
+            let mut got = Vec::new();
+            let t0 = Instant::now();
+            while got.len() < n && t0.elapsed() < std::time::Duration::from_secs(5) {
+                if let Received::Frames(fr) = rx_a.recv(16, std::time::Duration::from_millis(50)) {
+                    got.extend(fr);
+                }
+            }
+            assert!(got.iter().all(|g| g.bytes() == f));
+            got.iter().map(|g| g.icrc()).collect::<Vec<_>>()
+        };
+        hub.engine_ports[1].send(vec![f.clone()]);
+        assert_eq!(recv(1), [Icrc::BuiltHere], "engine to engine");
+        let mut c = UnixStream::connect(&lan).unwrap();
+        thread::sleep(std::time::Duration::from_millis(300));
+        send(&mut c, &f);
+        assert_eq!(recv(1), [Icrc::Verify], "from a LAN");
+        handle_line(b"fault nic:0 dup=1", &hub.control)
+            .unwrap()
+            .unwrap();
+        hub.engine_ports[1].send(vec![f.clone()]);
+        assert_eq!(recv(2), [Icrc::Verify; 2], "through a fault link");
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     fn two_nic_hub() -> Hub {
         let nics = (0..2)
             .map(|i| NicAttachment {
@@ -1499,7 +1561,9 @@ mod tests {
         // wire: never sooner, however fast the host.
         assert_eq!(got.len(), 3);
         assert!(t0.elapsed() >= std::time::Duration::from_micros(3 * 752 + 100));
-        assert!(got.iter().all(|g| *g == f));
+        assert!(got.iter().all(|g| g.bytes() == f));
+        // Through a link model: no longer vouched for.
+        assert!(got.iter().all(|g| g.icrc() == crate::wire::Icrc::Verify));
         let stats = handle_line(b"stats", &hub.control).unwrap().unwrap();
         let line = stats
             .iter()
@@ -1569,7 +1633,10 @@ mod tests {
                 to_a += fr.len();
             }
             while let Received::Frames(fr) = rx_b.recv(16, std::time::Duration::ZERO) {
-                pfc_to_b.extend(fr.iter().map(|g| Pfc::parse(g).expect("only PFC to NIC 1")));
+                pfc_to_b.extend(
+                    fr.iter()
+                        .map(|g| Pfc::parse(g.bytes()).expect("only PFC to NIC 1")),
+                );
             }
         }
         assert_eq!(to_a, 6, "lossless: every frame arrives");
@@ -1669,7 +1736,9 @@ mod tests {
         // NIC 1's engine heard the same PFC frames (its counters count them).
         let mut heard = 0;
         while let Received::Frames(fr) = rx_b.recv(16, std::time::Duration::ZERO) {
-            assert!(fr.iter().all(|g| crate::wire::pfc::Pfc::parse(g).is_some()));
+            assert!(fr
+                .iter()
+                .all(|g| crate::wire::pfc::Pfc::parse(g.bytes()).is_some()));
             heard += fr.len() as u64;
         }
         assert_eq!(heard, field(&up, "pauses_obeyed="));
@@ -1725,7 +1794,7 @@ mod tests {
                 let t0 = Instant::now();
                 while t0.elapsed() < Duration::from_secs(5) {
                     if let Received::Frames(f) = r.recv(16, Duration::from_millis(50)) {
-                        return f;
+                        return f.into_iter().map(RxFrame::into_bytes).collect();
                     }
                 }
                 Vec::new()

@@ -24,12 +24,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use crate::wire::RxFrame;
+
 /// A NIC that takes frames on the sender's thread.
 pub trait Deliver: Send + Sync {
     /// Delivers `frames` now, in order, unless the NIC is busy (its lock is taken): then
     /// does nothing and returns `None`. Otherwise returns when the NIC's engine wants to
     /// run next (its device clock, microseconds), if ever.
-    fn try_deliver(&self, frames: &[Vec<u8>]) -> Option<Option<u64>>;
+    fn try_deliver(&self, frames: &[RxFrame]) -> Option<Option<u64>>;
 }
 
 thread_local! {
@@ -38,7 +40,7 @@ thread_local! {
 }
 
 struct State {
-    frames: VecDeque<Vec<u8>>,
+    frames: VecDeque<RxFrame>,
     /// The receiver sleeps on `ready` (a sender must wake it).
     waiting: bool,
     /// Every sender is gone.
@@ -98,11 +100,12 @@ pub fn frame_queue(capacity: usize) -> (FrameSender, FrameReceiver) {
 impl FrameSender {
     /// Queues `frames` in order while there is room; returns how many were queued (the rest
     /// are dropped).
-    pub fn push(&self, frames: impl IntoIterator<Item = Vec<u8>>) -> usize {
+    pub fn push<F: Into<RxFrame>>(&self, frames: impl IntoIterator<Item = F>) -> usize {
         let mut st = self.0.lock();
         let room = self.0.capacity.saturating_sub(st.frames.len());
         let before = st.frames.len();
-        st.frames.extend(frames.into_iter().take(room));
+        st.frames
+            .extend(frames.into_iter().take(room).map(Into::into));
         let queued = st.frames.len() - before;
         if queued > 0 && st.waiting {
             st.waiting = false;
@@ -113,7 +116,7 @@ impl FrameSender {
 
     /// Delivers `frames` directly when it can (see the module comment), else queues them
     /// as [`FrameSender::push`] does; returns how many were delivered or queued.
-    pub fn deliver(&self, frames: Vec<Vec<u8>>) -> usize {
+    pub fn deliver(&self, frames: Vec<RxFrame>) -> usize {
         let Some(nic) = self.begin_direct() else {
             return self.push(frames);
         };
@@ -173,7 +176,7 @@ impl Drop for FrameSender {
 /// What [`FrameReceiver::recv`] found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Received {
-    Frames(Vec<Vec<u8>>),
+    Frames(Vec<RxFrame>),
     /// Nothing arrived within the timeout.
     Timeout,
     /// Nothing is queued and every sender is gone.
@@ -226,16 +229,18 @@ impl FrameReceiver {
 mod tests {
     use super::*;
 
+    /// One-byte frames of unknown ICRC.
+    fn fr(bytes: &[u8]) -> Vec<RxFrame> {
+        bytes.iter().map(|&b| RxFrame::from_wire(vec![b])).collect()
+    }
+
     #[test]
     fn bursts_queue_in_order_up_to_the_capacity_and_the_rest_is_dropped() {
         let (tx, rx) = frame_queue(3);
         assert_eq!(tx.push([vec![1], vec![2]]), 2);
         assert_eq!(tx.push([vec![3], vec![4], vec![5]]), 1);
-        assert_eq!(
-            rx.recv(2, Duration::ZERO),
-            Received::Frames(vec![vec![1], vec![2]])
-        );
-        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(vec![vec![3]]));
+        assert_eq!(rx.recv(2, Duration::ZERO), Received::Frames(fr(&[1, 2])));
+        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(fr(&[3])));
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Timeout);
     }
 
@@ -250,7 +255,7 @@ mod tests {
         let t0 = std::time::Instant::now();
         assert_eq!(
             rx.recv(8, Duration::from_secs(10)),
-            Received::Frames(vec![vec![7], vec![8]])
+            Received::Frames(fr(&[7, 8]))
         );
         assert!(t0.elapsed() < Duration::from_secs(5));
         drop(t.join().unwrap());
@@ -264,7 +269,7 @@ mod tests {
         drop(tx);
         tx2.push([vec![9]]);
         drop(tx2);
-        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(vec![vec![9]]));
+        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(fr(&[9])));
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Closed);
     }
 
@@ -299,14 +304,15 @@ mod tests {
     }
 
     impl Deliver for Recorder {
-        fn try_deliver(&self, frames: &[Vec<u8>]) -> Option<Option<u64>> {
+        fn try_deliver(&self, frames: &[RxFrame]) -> Option<Option<u64>> {
             if self.busy.load(Ordering::SeqCst) {
                 return None;
             }
             let me = std::thread::current().id();
-            self.got.lock().unwrap().push((me, frames.to_vec()));
+            let bytes = frames.iter().map(|f| f.bytes().to_vec()).collect();
+            self.got.lock().unwrap().push((me, bytes));
             if let Some(tx) = self.forward.lock().unwrap().as_ref() {
-                tx.deliver(vec![vec![0xac]]);
+                tx.deliver(fr(&[0xac]));
             }
             Some(self.next_due)
         }
@@ -323,7 +329,7 @@ mod tests {
         let (tx, rx) = frame_queue(8);
         let nic = Recorder::new(None);
         let _held = attach(&rx, &nic);
-        assert_eq!(tx.deliver(vec![vec![1], vec![2]]), 2);
+        assert_eq!(tx.deliver(fr(&[1, 2])), 2);
         let got = nic.got.lock().unwrap().clone();
         assert_eq!(
             got,
@@ -332,9 +338,9 @@ mod tests {
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Timeout);
         // The engine thread ended: bursts are queued again.
         rx.set_direct(None);
-        assert_eq!(tx.deliver(vec![vec![3]]), 1);
+        assert_eq!(tx.deliver(fr(&[3])), 1);
         assert_eq!(nic.bursts().len(), 1);
-        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(vec![vec![3]]));
+        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(fr(&[3])));
     }
 
     #[test]
@@ -344,30 +350,24 @@ mod tests {
         let _held = attach(&rx, &nic);
         // Older frames are queued: the burst goes behind them, in order.
         tx.push([vec![1]]);
-        tx.deliver(vec![vec![2]]);
-        assert_eq!(rx.recv(1, Duration::ZERO), Received::Frames(vec![vec![1]]));
+        tx.deliver(fr(&[2]));
+        assert_eq!(rx.recv(1, Duration::ZERO), Received::Frames(fr(&[1])));
         // The engine holds frame 1 until it asks again: still queued.
-        tx.deliver(vec![vec![3]]);
-        assert_eq!(
-            rx.recv(8, Duration::ZERO),
-            Received::Frames(vec![vec![2], vec![3]])
-        );
+        tx.deliver(fr(&[3]));
+        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(fr(&[2, 3])));
         // The NIC's lock is taken: queued.
         nic.busy.store(true, Ordering::SeqCst);
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Timeout);
-        tx.deliver(vec![vec![4]]);
+        tx.deliver(fr(&[4]));
         assert!(nic.bursts().is_empty());
         nic.busy.store(false, Ordering::SeqCst);
         // Queued frame 4 is older than frame 5: 5 waits behind it.
-        tx.deliver(vec![vec![5]]);
+        tx.deliver(fr(&[5]));
         assert!(nic.bursts().is_empty());
-        assert_eq!(
-            rx.recv(8, Duration::ZERO),
-            Received::Frames(vec![vec![4], vec![5]])
-        );
+        assert_eq!(rx.recv(8, Duration::ZERO), Received::Frames(fr(&[4, 5])));
         // All taken and asked again: direct once more.
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Timeout);
-        tx.deliver(vec![vec![6]]);
+        tx.deliver(fr(&[6]));
         assert_eq!(nic.bursts(), vec![vec![vec![6]]]);
     }
 
@@ -378,16 +378,13 @@ mod tests {
         let (a, b) = (Recorder::new(None), Recorder::new(None));
         let (_ha, _hb) = (attach(&rx_a, &a), attach(&rx_b, &b));
         *b.forward.lock().unwrap() = Some(tx_a.clone());
-        tx_b.deliver(vec![vec![1]]);
+        tx_b.deliver(fr(&[1]));
         assert_eq!(b.bursts(), vec![vec![vec![1]]]);
         assert!(a.bursts().is_empty(), "no nested direct delivery");
-        assert_eq!(
-            rx_a.recv(8, Duration::ZERO),
-            Received::Frames(vec![vec![0xac]])
-        );
+        assert_eq!(rx_a.recv(8, Duration::ZERO), Received::Frames(fr(&[0xac])));
         // Outside a delivery the same queue takes bursts directly again.
         assert_eq!(rx_a.recv(8, Duration::ZERO), Received::Timeout);
-        tx_a.deliver(vec![vec![2]]);
+        tx_a.deliver(fr(&[2]));
         assert_eq!(a.bursts(), vec![vec![vec![2]]]);
     }
 
@@ -404,7 +401,7 @@ mod tests {
             });
             // The delivery must find the receiver asleep.
             std::thread::sleep(Duration::from_millis(100));
-            tx.deliver(vec![vec![1]]);
+            tx.deliver(fr(&[1]));
             let (r, waited) = waiter.join().unwrap();
             assert_eq!(r, Received::Timeout);
             assert_eq!(nic.bursts(), vec![vec![vec![1]]]);

@@ -378,6 +378,11 @@ impl Engine {
 
     /// A RoCEv2 frame from the fabric for this NIC's MAC.
     pub fn rx_frame(&mut self, env: &Env<'_>, frame: &[u8]) {
+        self.rx_frame_with(env, frame, crate::wire::Icrc::Verify);
+    }
+
+    /// [`Engine::rx_frame`], knowing `icrc` of the frame's ICRC.
+    pub fn rx_frame_with(&mut self, env: &Env<'_>, frame: &[u8], icrc: crate::wire::Icrc) {
         self.take_host_fatal(env);
         if !self.port.link_up || self.fatal {
             // A port whose link is down hears nothing, as it sends nothing.
@@ -392,7 +397,7 @@ impl Engine {
                 None => self.stats.rx_drops += 1,
             }
         } else if env.bus_master {
-            self.receive_frame(env, frame);
+            self.receive_frame(env, frame, icrc);
         } else {
             // No DMA without Bus Master Enable: the packet is lost, as on a real NIC.
             self.stats.rx_drops += 1;

@@ -49,9 +49,9 @@ fn nak_for(code: u16) -> NakCode {
 }
 
 impl Engine {
-    /// One frame from the fabric.
-    pub(super) fn receive_frame(&mut self, env: &Env<'_>, frame: &[u8]) {
-        let parsed = match wire::parse(frame) {
+    /// One frame from the fabric (`icrc`: what is known of its ICRC).
+    pub(super) fn receive_frame(&mut self, env: &Env<'_>, frame: &[u8], icrc: wire::Icrc) {
+        let parsed = match wire::parse_with(frame, icrc) {
             Ok(p) => p,
             Err(e) => {
                 log::debug!("dropping a frame: {e}");

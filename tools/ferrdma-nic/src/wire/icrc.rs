@@ -55,17 +55,7 @@ pub fn is_masked(ipv6: bool, offset: usize, bit: u8) -> bool {
 /// The ICRC of `covered`: an IP packet (IPv4 without options, or IPv6 without extension
 /// headers) carrying UDP and a BTH, from the IP header up to but not including the ICRC.
 pub fn compute(covered: &[u8]) -> Result<u32> {
-    let first = *covered.first().ok_or(WireError::Truncated {
-        what: "IP header",
-        need: 1,
-        have: 0,
-    })?;
-    let ipv6 = match first >> 4 {
-        4 => false,
-        6 => true,
-        _ => return Err(WireError::Ipv4("IP version is neither 4 nor 6")),
-    };
-    let hdr_len = if ipv6 { IPV6_HDR } else { IPV4_HDR } + UDP_HDR + BTH_LEN;
+    let (ipv6, hdr_len) = masked_headers(covered)?;
     let head = take(covered, 0, hdr_len, "ICRC-covered headers")?;
     let mut masked = [0u8; MAX_MASKED];
     let m = &mut masked[..hdr_len];
@@ -83,6 +73,40 @@ pub fn compute(covered: &[u8]) -> Result<u32> {
     crc.update(m);
     crc.update(&covered[hdr_len..]);
     Ok(crc.finalize())
+}
+
+/// Whether `covered` starts with an IPv6 header, and the length of the headers the ICRC
+/// masks (IP, UDP, BTH).
+fn masked_headers(covered: &[u8]) -> Result<(bool, usize)> {
+    let first = *covered.first().ok_or(WireError::Truncated {
+        what: "IP header",
+        need: 1,
+        have: 0,
+    })?;
+    let ipv6 = match first >> 4 {
+        4 => false,
+        6 => true,
+        _ => return Err(WireError::Ipv4("IP version is neither 4 nor 6")),
+    };
+    Ok((
+        ipv6,
+        if ipv6 { IPV6_HDR } else { IPV4_HDR } + UDP_HDR + BTH_LEN,
+    ))
+}
+
+/// What [`verify`] checks of `ip_packet`'s shape without computing the CRC: an IP version
+/// the ICRC knows, the headers it masks and an ICRC after them. For a frame whose ICRC is
+/// known good ([`crate::wire::packet::Icrc::BuiltHere`]): the parser relies on these
+/// bounds either way.
+pub fn check_present(ip_packet: &[u8]) -> Result<()> {
+    let (_, hdr_len) = masked_headers(ip_packet)?;
+    take(
+        ip_packet,
+        0,
+        hdr_len + ICRC_LEN,
+        "ICRC-covered headers and ICRC",
+    )
+    .map(|_| ())
 }
 
 /// Check the ICRC that ends `ip_packet` (IP header through ICRC).

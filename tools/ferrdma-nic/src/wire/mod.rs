@@ -16,6 +16,7 @@ pub mod ipv6;
 pub mod opcode;
 pub mod packet;
 pub mod pfc;
+pub mod rx_frame;
 pub mod udp;
 
 #[cfg(test)]
@@ -24,4 +25,7 @@ mod proptests;
 pub(crate) mod tests;
 
 pub use error::WireError;
-pub use packet::{build, build_with, parse, ExtHeaders, Headers, IpHeader, Parsed};
+pub use packet::{
+    build, build_with, parse, parse_with, ExtHeaders, Headers, Icrc, IpHeader, Parsed,
+};
+pub use rx_frame::RxFrame;

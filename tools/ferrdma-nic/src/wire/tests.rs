@@ -89,6 +89,35 @@ fn golden_icrc_ignores_masked_fields_of_the_hardware_packet() {
     icrc::verify(&f[14..]).unwrap();
 }
 
+/// A frame an engine built and nothing changed (`Icrc::BuiltHere`) skips only the CRC:
+/// a wrong ICRC then passes (the sender's promise covers it), but a frame too short to
+/// carry its headers and an ICRC, or of another IP version, is refused as by `parse`.
+#[test]
+fn built_here_skips_the_crc_but_not_the_bounds() {
+    let f = unhex(CNP_CX4);
+    let mut bad = f.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert!(
+        matches!(parse(&bad), Err(WireError::Icrc { .. })),
+        "{:?}",
+        parse(&bad).err()
+    );
+    let p = parse_with(&bad, Icrc::BuiltHere).unwrap();
+    assert_eq!(p.payload, parse(&f).unwrap().payload);
+    // IPv4 total length cut to IP + UDP + BTH + 3: no room for the ICRC.
+    let mut short = f[..14 + 20 + 8 + 12 + 3].to_vec();
+    short[14 + 2..14 + 4].copy_from_slice(&(20u16 + 8 + 12 + 3).to_be_bytes());
+    short[14 + 10..14 + 12].fill(0);
+    let sum = super::checksum::finish(super::checksum::add(0, &short[14..34]));
+    short[14 + 10..14 + 12].copy_from_slice(&sum.to_be_bytes());
+    short[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&(8u16 + 12 + 3).to_be_bytes());
+    for icrc in [Icrc::Verify, Icrc::BuiltHere] {
+        assert!(parse_with(&short, icrc).is_err(), "{icrc:?}");
+    }
+    assert!(icrc::check_present(&short[14..]).is_err());
+    assert!(icrc::check_present(&f[14..]).is_ok());
+}
+
 pub(crate) fn eth(vlan: bool) -> EthHeader {
     EthHeader {
         dst: [0x02, 0, 0, 0, 0, 1],
