@@ -202,5 +202,7 @@ fn engine_loop(dev: &SharedDevice, inbound: Option<&FrameReceiver>, stop: &Atomi
         if d.next_deadline().is_some_and(|t| t <= d.now_us()) {
             d.tick();
         }
+        drop(d);
+        crate::wire::frame_pool::recycle(frames.into_iter().map(RxFrame::into_bytes));
     }
 }

@@ -125,7 +125,12 @@ impl FrameSender {
         DELIVERING.with(|d| d.set(false));
         self.end_direct(done.flatten());
         match done {
-            Some(_) => frames.len(),
+            Some(_) => {
+                let n = frames.len();
+                // Their buffers serve this thread's NIC for its next frames.
+                crate::wire::frame_pool::recycle(frames.into_iter().map(RxFrame::into_bytes));
+                n
+            }
             None => self.push(frames),
         }
     }

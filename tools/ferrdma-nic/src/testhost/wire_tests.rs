@@ -351,6 +351,8 @@ impl Net {
         };
         let nic = if to_b { &mut self.b } else { &mut self.a };
         nic.h.dev().rx_queued(&frames);
+        // As the engine thread does: the next frames built reuse (poisoned) buffers.
+        crate::wire::frame_pool::recycle(frames.into_iter().map(RxFrame::into_bytes));
     }
 
     /// Runs the wire until `done` (checked whenever nothing is in flight) or until nothing
@@ -2622,6 +2624,8 @@ fn sabotage_knob_flips_one_byte_of_each_write_the_responder_places() {
 #[test]
 #[ignore]
 fn fabric_bench_write_stream() {
+    // Frame buffers kept as the NIC keeps them (test builds poison them otherwise).
+    crate::wire::frame_pool::no_poison();
     use crate::fabric::hub::Faults;
     let total = env_or("FERRDMA_FABRIC_BENCH_MIB", 1024u64) << 20;
     let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
@@ -2761,6 +2765,8 @@ fn fabric_bench_host_wakeup_round_trip() {
 #[test]
 #[ignore]
 fn fabric_bench_send_latency() {
+    // Frame buffers kept as the NIC keeps them (test builds poison them otherwise).
+    crate::wire::frame_pool::no_poison();
     use crate::fabric::hub::Faults;
     const WARMUP: u64 = 1000;
     let iters = env_or("FERRDMA_FABRIC_BENCH_ITERS", 20_000u64);
@@ -2847,6 +2853,8 @@ fn fabric_bench_send_latency() {
 #[test]
 #[ignore]
 fn fabric_bench_engines_in_one_thread() {
+    // Frame buffers kept as the NIC keeps them (test builds poison them otherwise).
+    crate::wire::frame_pool::no_poison();
     let total = env_or("FERRDMA_FABRIC_BENCH_MIB", 1024u64) * 2;
     let reps = env_or("FERRDMA_FABRIC_BENCH_REPS", 1u64);
     const LEN: u32 = 1 << 20;

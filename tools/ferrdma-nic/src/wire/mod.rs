@@ -10,6 +10,7 @@ pub mod ecn;
 pub mod error;
 pub mod eth;
 pub mod ext;
+pub mod frame_pool;
 pub mod icrc;
 pub mod ipv4;
 pub mod ipv6;

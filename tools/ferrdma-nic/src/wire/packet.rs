@@ -9,6 +9,7 @@ use super::bth::{Bth, BTH_LEN};
 use super::error::{Result, WireError};
 use super::eth::{EthHeader, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use super::ext::{self, Deth, Reth, DETH_LEN, IETH_LEN, IMMDT_LEN, RETH_LEN};
+use super::frame_pool;
 use super::icrc::{self, ICRC_LEN};
 use super::ipv4::{Ipv4Header, IPV4_HDR_LEN};
 use super::ipv6::{Ipv6Header, IPV6_HDR_LEN};
@@ -116,8 +117,9 @@ pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
 
 /// Serialize a frame whose `payload_len` payload bytes `fill` writes in place, into the
 /// frame itself: a payload read from guest memory is copied once, not into a buffer of its
-/// own first. The outer error is [`build`]'s; the inner one is `fill`'s (the frame is then
-/// discarded).
+/// own first. `fill` must write every byte of its slice or fail: the frame's buffer may be
+/// one another frame used before (`frame_pool`), and is not zeroed first. The outer error is
+/// [`build`]'s; the inner one is `fill`'s (the frame is then discarded).
 pub fn build_with<E>(
     h: &Headers,
     payload_len: usize,
@@ -139,46 +141,31 @@ pub fn build_with<E>(
     let ip_len_field = u16::try_from(ip_len_field).map_err(|_| WireError::TooLong(ip_len))?;
     let udp_len16 = u16::try_from(udp_len).map_err(|_| WireError::TooLong(ip_len))?;
 
-    let mut out = Vec::with_capacity(h.eth.header_len() + ip_len);
-    let (ethertype, ip_start) = match h.ip {
-        IpHeader::V4(_) => (ETHERTYPE_IPV4, h.eth.header_len()),
-        IpHeader::V6(_) => (ETHERTYPE_IPV6, h.eth.header_len()),
-    };
-    h.eth.write(ethertype, &mut out)?;
-    match &h.ip {
-        IpHeader::V4(v4) => v4.write(ip_len_field, &mut out),
-        IpHeader::V6(v6) => v6.write(ip_len_field, &mut out)?,
-    }
-    let udp_start = out.len();
-    udp::write_header(h.udp_src_port, udp_len16, &mut out);
-    Bth {
-        pad_count: pad,
-        ..h.bth
-    }
-    .write(&mut out)?;
-    if let Some(d) = &h.ext.deth {
-        d.write(&mut out)?;
-    }
-    if let Some(r) = &h.ext.reth {
-        r.write(&mut out);
-    }
-    if let Some(a) = &h.ext.aeth {
-        a.write(&mut out)?;
-    }
-    if let Some(i) = h.ext.immdt {
-        ext::write_u32(i, &mut out);
-    }
-    if let Some(k) = h.ext.ieth {
-        ext::write_u32(k, &mut out);
-    }
-    let at = out.len();
-    out.resize(at + payload_len + usize::from(pad), 0);
-    if let Err(e) = fill(&mut out[at..at + payload_len]) {
+    // The headers go to this thread's scratch buffer first (they are written by appending),
+    // then into the frame's buffer, whose old bytes are overwritten rather than zeroed.
+    let mut hdr = HEADERS.with(std::cell::Cell::take);
+    hdr.clear();
+    let written = write_headers(h, pad, ip_len_field, udp_len16, &mut hdr);
+    let frame = written.map(|ip_start| {
+        let at = hdr.len();
+        let total = at + payload_len + usize::from(pad) + ICRC_LEN;
+        let mut out = frame_pool::take(total);
+        out[..at].copy_from_slice(&hdr);
+        (out, ip_start, at, total)
+    });
+    HEADERS.with(|c| c.set(hdr));
+    let (mut out, ip_start, at, total) = frame?;
+    let udp_start = ip_start + h.ip.len();
+    let payload_end = at + payload_len;
+    if let Err(e) = fill(&mut out[at..payload_end]) {
+        frame_pool::recycle([out]);
         return Ok(Err(e));
     }
+    let icrc_at = total - ICRC_LEN;
+    out[payload_end..icrc_at].fill(0);
     // The ICRC masks the UDP checksum, so it can be computed before the checksum is known.
-    let crc = icrc::compute(&out[ip_start..])?;
-    out.extend_from_slice(&crc.to_le_bytes());
+    let crc = icrc::compute(&out[ip_start..icrc_at])?;
+    out[icrc_at..].copy_from_slice(&crc.to_le_bytes());
     if let IpHeader::V6(v6) = &h.ip {
         let sum = udp::checksum_for(
             &Pseudo::V6 {
@@ -190,6 +177,54 @@ pub fn build_with<E>(
         out[udp_start + 6..udp_start + 8].copy_from_slice(&sum.to_be_bytes());
     }
     Ok(Ok(out))
+}
+
+thread_local! {
+    /// [`build_with`]'s scratch buffer for a frame's headers.
+    static HEADERS: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Appends the headers of a frame (Ethernet through the last extension header) to `out`;
+/// returns where the IP header starts.
+fn write_headers(
+    h: &Headers,
+    pad: u8,
+    ip_len_field: u16,
+    udp_len: u16,
+    out: &mut Vec<u8>,
+) -> Result<usize> {
+    let ethertype = match h.ip {
+        IpHeader::V4(_) => ETHERTYPE_IPV4,
+        IpHeader::V6(_) => ETHERTYPE_IPV6,
+    };
+    h.eth.write(ethertype, out)?;
+    let ip_start = out.len();
+    match &h.ip {
+        IpHeader::V4(v4) => v4.write(ip_len_field, out),
+        IpHeader::V6(v6) => v6.write(ip_len_field, out)?,
+    }
+    udp::write_header(h.udp_src_port, udp_len, out);
+    Bth {
+        pad_count: pad,
+        ..h.bth
+    }
+    .write(out)?;
+    if let Some(d) = &h.ext.deth {
+        d.write(out)?;
+    }
+    if let Some(r) = &h.ext.reth {
+        r.write(out);
+    }
+    if let Some(a) = &h.ext.aeth {
+        a.write(out)?;
+    }
+    if let Some(i) = h.ext.immdt {
+        ext::write_u32(i, out);
+    }
+    if let Some(k) = h.ext.ieth {
+        ext::write_u32(k, out);
+    }
+    Ok(ip_start)
 }
 
 /// What a receiver knows of a frame's ICRC.
