@@ -98,7 +98,10 @@ impl Clock {
 
 /// Where the device's RoCE frames go (the fabric); without one they wait in the engine's
 /// bounded outbox for [`Device::take_tx`].
-/// It takes what one engine step emitted at once, so the fabric is woken once per burst.
+/// It takes what one engine step emitted at once, so the fabric is woken once per burst,
+/// as the engine built it: IPv4 frames without their ICRC, which the sink writes
+/// (`wire::seal`) before anything but another NIC engine may see the frame (the fabric's
+/// switch does, `fabric/hub.rs`).
 pub struct TxSink(pub Box<dyn Fn(Vec<Vec<u8>>) + Send>);
 
 impl std::fmt::Debug for TxSink {
@@ -180,7 +183,7 @@ impl Device {
 
     fn flush_tx(&mut self) {
         if let Some(sink) = &self.sink {
-            let frames = self.engine.take_tx(self.clock.now_us());
+            let frames = self.engine.take_tx_unsealed(self.clock.now_us());
             if !frames.is_empty() {
                 (sink.0)(frames);
             }
@@ -221,6 +224,12 @@ impl Device {
     /// Frames the engine queued (when there is no sink).
     pub fn take_tx(&mut self) -> Vec<Vec<u8>> {
         self.engine.take_tx(self.clock.now_us())
+    }
+
+    /// [`Device::take_tx`] for a switch: IPv4 frames without their ICRC, which the switch
+    /// writes (`wire::seal`) before anything but another engine may see them.
+    pub fn take_tx_unsealed(&mut self) -> Vec<Vec<u8>> {
+        self.engine.take_tx_unsealed(self.clock.now_us())
     }
 
     /// The device clock now.

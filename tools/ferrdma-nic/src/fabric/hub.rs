@@ -52,6 +52,7 @@ use super::switch::{Mac, PortId, Switch};
 use crate::rdma::congestion::{CcConfig, CcKnob};
 use crate::rdma::sabotage::Sabotage;
 use crate::vfio::socket::{bind, ServeError, SocketFile};
+use crate::wire::icrc::ICRC_LEN;
 use crate::wire::pfc as wpfc;
 use crate::wire::RxFrame;
 
@@ -150,6 +151,18 @@ impl Shared {
             if taken < n {
                 self.lock().st.count_engine_drops(p, n - taken);
             }
+        }
+    }
+}
+
+/// Writes the ICRC of a frame an engine sent from `port` unsealed (`EnginePort::send`);
+/// false if it could not be (then the frame is dropped: it cannot be an engine's).
+fn seal_or_log(port: PortId, frame: &mut [u8]) -> bool {
+    match crate::wire::seal(frame) {
+        Ok(()) => true,
+        Err(e) => {
+            log::error!("port {port}: an engine's frame cannot be sealed ({e}); dropped");
+            false
         }
     }
 }
@@ -302,8 +315,10 @@ impl EnginePort {
     }
 
     /// Switches what one engine step emitted (on the caller's thread): frames its engine
-    /// built (`Engine::take_tx`) and nothing else, as the switch passes them on to other
-    /// engines as built here, their ICRCs not checked again (`wire/rx_frame.rs`).
+    /// built (`Engine::take_tx_unsealed`) and nothing else. The switch writes their ICRCs
+    /// (`wire::seal`) before the capture, a LAN, a host interface or a link model may see
+    /// them, and passes them on to other engines as built here, their ICRCs not checked
+    /// (`wire/rx_frame.rs`).
     pub fn send(&self, frames: Vec<Vec<u8>>) {
         self.shared.switch(self.port, frames);
     }
@@ -895,6 +910,14 @@ impl SwitchState {
         }
     }
 
+    /// Whether `p` is an engine's port with no fault link or link model: what goes there is
+    /// seen by that engine alone, as it is.
+    fn is_bare_engine_port(&self, p: PortId) -> bool {
+        self.engine_queues.contains_key(&p)
+            && !self.links.contains_key(&p)
+            && !self.shapers.contains_key(&p)
+    }
+
     /// Queues `frames` (drained) to port `p`. `built_here`: they are exactly as engines of
     /// this process built them, so an engine receiving them need not check their ICRCs.
     fn queue_to(&mut self, p: PortId, frames: &mut Vec<Vec<u8>>, built_here: bool) {
@@ -1056,17 +1079,20 @@ impl Core {
         // Most ports have no link model: no clock read on their frames' path.
         let modelled = !self.st.shapers.is_empty() || !self.st.pfc.is_empty();
         let now = if modelled { self.st.ns() } else { 0 };
+        // An engine port's frames come as its engine built them (`wire/rx_frame.rs`), and
+        // unsealed (`EnginePort::send`).
+        let from_engine = self.st.engine_queues.contains_key(&port);
         if let Some(u) = self.st.uplinks.get_mut(&port) {
             // A shaped port's station sends at its line rate: the switch sees its frames when
-            // they have crossed the cable (`run_models`).
-            for frame in frames {
-                u.offer(frame, now);
+            // they have crossed the cable (`run_models`), as any others.
+            for mut frame in frames {
+                if !from_engine || seal_or_log(port, &mut frame) {
+                    u.offer(frame, now);
+                }
             }
         } else {
             // One clock read a burst for the MAC table's aging (seconds).
             let secs = self.st.start.elapsed().as_secs();
-            // An engine port's frames come as its engine built them (`wire/rx_frame.rs`).
-            let from_engine = self.st.engine_queues.contains_key(&port);
             for frame in frames {
                 self.switch_one(port, frame, from_engine, now, secs);
             }
@@ -1083,7 +1109,14 @@ impl Core {
     /// Switches one frame from `port` that reached the switch at `now` (ns; 0 when no port
     /// has a link model; `secs` on the MAC table's clock): learning, capture, the
     /// destination ports' links and queues.
-    fn switch_one(&mut self, port: PortId, frame: Vec<u8>, from_engine: bool, now: u64, secs: u64) {
+    fn switch_one(
+        &mut self,
+        port: PortId,
+        mut frame: Vec<u8>,
+        from_engine: bool,
+        now: u64,
+        secs: u64,
+    ) {
         if self.st.links.get(&port).is_some_and(Link::is_down) {
             self.st.stats.entry(port).or_default().rx_down += 1;
             return;
@@ -1091,6 +1124,13 @@ impl Core {
         self.st.stats.entry(port).or_default().rx += 1;
         self.st.sw.forward(port, &frame, secs, &mut self.out);
         if self.out.is_empty() {
+            return;
+        }
+        // An engine's frame is sealed unless it goes only to engines, through no link model,
+        // and the capture keeps none of its ICRC.
+        let seen = self.capture_keeps_icrc(frame.len())
+            || self.out.iter().any(|p| !self.st.is_bare_engine_port(*p));
+        if from_engine && seen && !seal_or_log(port, &mut frame) {
             return;
         }
         self.capture(&frame);
@@ -1105,6 +1145,14 @@ impl Core {
                 .emit(last, port, frame, from_engine, &mut self.ready, now);
         }
         self.out = out;
+    }
+
+    /// Whether the capture records any byte of the ICRC of a frame `len` bytes long (the
+    /// last four; RoCEv2 frames carry no Ethernet padding).
+    fn capture_keeps_icrc(&self, len: usize) -> bool {
+        self.pcap
+            .as_ref()
+            .is_some_and(|w| w.snaplen() as usize + ICRC_LEN > len)
     }
 
     /// Writes `frame` to the capture, if there is one.
@@ -1460,19 +1508,28 @@ mod tests {
     }
 
     /// A frame from one engine to another with nothing between arrives vouched for (its
-    /// ICRC is not checked again, `wire/rx_frame.rs`); through a fault link on the
-    /// receiving port, or from a LAN, the same frame is checked.
+    /// ICRC is not checked, `wire/rx_frame.rs`) and as the engine sent it, unsealed; through
+    /// a fault link on the receiving port, or from a LAN, it arrives sealed and is checked;
+    /// an engine's frame to a LAN station leaves sealed.
     #[test]
-    fn only_frames_straight_from_an_engine_skip_the_icrc_check() {
+    fn only_frames_straight_from_an_engine_skip_the_icrc() {
         use super::super::control::handle_line;
         use super::super::queue::Received;
+        use super::super::testframes::{plain, roce};
         use crate::wire::Icrc;
         let d = tmpdir();
         let lan = d.join("lan.sock");
         let ([a, b], nics, [rx_a, _rx_b]) = two_nics(12);
         let hub = Hub::start(std::slice::from_ref(&lan), None, nics, Faults::default()).unwrap();
-        let f = crate::fabric::testframes::roce(a, b, false, false);
-        let recv = |n: usize| {
+        // As an engine sends an IPv4 frame: its ICRC not written yet (`wire::Seal`).
+        let unsealed = |f: &[u8]| {
+            let mut u = f.to_vec();
+            let n = u.len();
+            u[n - 4..].fill(0);
+            u
+        };
+        let f = roce(a, b, false, false);
+        let take = |n: usize| {
             let mut got = Vec::new();
             let t0 = Instant::now();
             while got.len() < n && t0.elapsed() < std::time::Duration::from_secs(5) {
@@ -1480,22 +1537,89 @@ mod tests {
                     got.extend(fr);
                 }
             }
-            assert!(got.iter().all(|g| g.bytes() == f));
-            got.iter().map(|g| g.icrc()).collect::<Vec<_>>()
+            got.into_iter()
+                .map(|g| (g.icrc(), g.into_bytes()))
+                .collect::<Vec<_>>()
         };
-        hub.engine_ports[1].send(vec![f.clone()]);
-        assert_eq!(recv(1), [Icrc::BuiltHere], "engine to engine");
+        hub.engine_ports[1].send(vec![unsealed(&f)]);
+        assert_eq!(
+            take(1),
+            [(Icrc::BuiltHere, unsealed(&f))],
+            "engine to engine"
+        );
         let mut c = UnixStream::connect(&lan).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
         thread::sleep(std::time::Duration::from_millis(300));
         send(&mut c, &f);
-        assert_eq!(recv(1), [Icrc::Verify], "from a LAN");
+        assert_eq!(take(1), [(Icrc::Verify, f.clone())], "from a LAN");
+        // The station's MAC is learned from its frame; RoCE to it goes to its port.
+        let m = [0x52, 0x54, 0, 0, 12, 9];
+        send(&mut c, &plain([0xff; 6], m));
+        thread::sleep(std::time::Duration::from_millis(100));
+        let to_lan = roce(m, b, false, false);
+        hub.engine_ports[1].send(vec![unsealed(&to_lan)]);
+        assert_eq!(recv(&mut c), to_lan, "sealed for the LAN");
         handle_line(b"fault nic:0 dup=1", &hub.control)
             .unwrap()
             .unwrap();
-        hub.engine_ports[1].send(vec![f.clone()]);
-        assert_eq!(recv(2), [Icrc::Verify; 2], "through a fault link");
+        hub.engine_ports[1].send(vec![unsealed(&f)]);
+        assert_eq!(
+            take(2),
+            [(Icrc::Verify, f.clone()), (Icrc::Verify, f.clone())],
+            "through a fault link"
+        );
         drop(hub);
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The capture sees an engine's frame sealed when it keeps any of its ICRC, as it is
+    /// when it keeps only headers.
+    #[test]
+    fn the_capture_sees_an_engines_frame_sealed_when_it_keeps_the_icrc() {
+        use super::super::pcap::Capture;
+        for snaplen in [128u32, 65535] {
+            let d = tmpdir();
+            let cap = d.join("c.pcap");
+            let ([a, b], nics, [rx_a, _rx_b]) = two_nics(13);
+            let capture = Capture {
+                path: cap.clone(),
+                snaplen,
+            };
+            let hub = Hub::start(&[], Some(&capture), nics, Faults::default()).unwrap();
+            // Long enough for a header-only capture to miss its ICRC.
+            let mut h =
+                crate::wire::tests::headers(crate::wire::opcode::RC_SEND_ONLY, false, false);
+            (h.eth.dst, h.eth.src) = (a, b);
+            let f = crate::wire::build(&h, &[0x5a; 1000]).unwrap();
+            let mut u = f.clone();
+            let n = u.len();
+            u[n - 4..].fill(0);
+            hub.engine_ports[1].send(vec![u.clone()]);
+            let t0 = Instant::now();
+            let got = loop {
+                if let super::super::queue::Received::Frames(fr) =
+                    rx_a.recv(16, std::time::Duration::from_millis(50))
+                {
+                    break fr;
+                }
+                assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+            };
+            hub.control.flush_capture();
+            let pcap = std::fs::read(&cap).unwrap();
+            let kept = &pcap[24 + 16..];
+            let whole = snaplen as usize >= n;
+            let want = if whole { &f[..] } else { &u[..] };
+            assert_eq!(kept, &want[..kept.len()], "snaplen {snaplen}");
+            assert_eq!(kept.len(), n.min(snaplen as usize));
+            assert_eq!(
+                got[0].bytes(),
+                want,
+                "snaplen {snaplen}: the engine gets it as captured"
+            );
+            drop(hub);
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 
     fn two_nic_hub() -> Hub {

@@ -50,6 +50,11 @@ impl<W: Write> PcapWriter<W> {
         Ok(PcapWriter { out, snaplen })
     }
 
+    /// Bytes kept of each frame.
+    pub fn snaplen(&self) -> u32 {
+        self.snaplen
+    }
+
     /// Record one frame with an explicit timestamp.
     pub fn write_at(&mut self, frame: &[u8], ts_sec: u32, ts_usec: u32) -> io::Result<()> {
         let orig = u32::try_from(frame.len()).unwrap_or(u32::MAX);

@@ -10,7 +10,7 @@ use crate::wire::bth::Bth;
 use crate::wire::eth::{EthHeader, Vlan};
 use crate::wire::ipv4::Ipv4Header;
 use crate::wire::ipv6::Ipv6Header;
-use crate::wire::{build, build_with, ExtHeaders, Headers, IpHeader};
+use crate::wire::{build_frame, seal, ExtHeaders, Headers, IpHeader, Seal};
 
 use super::transport::{DEFAULT_UDP_SPORT, MAX_OUTBOX, PKEY};
 use super::Engine;
@@ -76,7 +76,19 @@ impl Engine {
         payload: &[u8],
     ) -> Result<usize, PathError> {
         let h = self.tx_headers(a, bth, ext)?;
-        let frame = build(&h, payload)?;
+        let filled = build_frame(
+            &h,
+            payload.len(),
+            |b| {
+                b.copy_from_slice(payload);
+                Ok::<(), std::convert::Infallible>(())
+            },
+            Seal::Deferred,
+        )?;
+        let frame = match filled {
+            Ok(frame) => frame,
+            Err(never) => match never {},
+        };
         Ok(self.tx_queue(&h, frame, payload.len()))
     }
 
@@ -94,7 +106,7 @@ impl Engine {
         fill: impl FnOnce(&Self, &mut [u8]) -> Result<(), E>,
     ) -> Result<Result<usize, E>, PathError> {
         let h = self.tx_headers(a, bth, ext)?;
-        match build_with(&h, len, |buf| fill(self, buf))? {
+        match build_frame(&h, len, |buf| fill(self, buf), Seal::Deferred)? {
             Ok(frame) => Ok(Ok(self.tx_queue(&h, frame, len))),
             Err(e) => Ok(Err(e)),
         }
@@ -170,9 +182,24 @@ impl Engine {
         len
     }
 
+    /// [`Engine::take_tx_unsealed`], each frame's ICRC written (`wire::seal`).
+    pub fn take_tx(&mut self, now_us: u64) -> Vec<Vec<u8>> {
+        let mut frames = self.take_tx_unsealed(now_us);
+        // Every frame here was built by this engine: sealing cannot fail (if it did, the
+        // frame would go without its ICRC and its receiver would drop and count it).
+        for f in &mut frames {
+            if let Err(e) = seal(f) {
+                log::error!("a frame built here cannot be sealed: {e}");
+            }
+        }
+        frames
+    }
+
     /// Frames that may leave for the fabric at `now_us`, oldest first (the caller sends them
     /// in order): all but those of priorities the switch paused (`pause.rs`), which wait.
-    pub fn take_tx(&mut self, now_us: u64) -> Vec<Vec<u8>> {
+    /// IPv4 frames come without their ICRC (`wire::Seal::Deferred`): for a switch, which
+    /// seals what anything but another engine may see.
+    pub fn take_tx_unsealed(&mut self, now_us: u64) -> Vec<Vec<u8>> {
         if !self.tx_pause.any(now_us) {
             return self.outbox.drain(..).collect();
         }

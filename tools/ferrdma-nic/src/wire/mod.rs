@@ -27,6 +27,7 @@ pub(crate) mod tests;
 
 pub use error::WireError;
 pub use packet::{
-    build, build_with, parse, parse_with, ExtHeaders, Headers, Icrc, IpHeader, Parsed,
+    build, build_frame, build_with, parse, parse_with, seal, ExtHeaders, Headers, Icrc, IpHeader,
+    Parsed, Seal,
 };
 pub use rx_frame::RxFrame;

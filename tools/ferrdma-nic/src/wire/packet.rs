@@ -125,6 +125,29 @@ pub fn build_with<E>(
     payload_len: usize,
     fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
 ) -> Result<std::result::Result<Vec<u8>, E>> {
+    build_frame(h, payload_len, fill, Seal::Now)
+}
+
+/// When a frame's ICRC is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// When it is built.
+    Now,
+    /// By [`seal`], when something may see it: an IPv4 frame is built with four zero bytes
+    /// in its place. A frame that goes from one NIC engine to another and nowhere else is
+    /// never sealed: nobody can look at its ICRC, and its receiver does not check it
+    /// (`Icrc::BuiltHere`). IPv6 frames are sealed at once (their UDP checksum covers the
+    /// ICRC).
+    Deferred,
+}
+
+/// [`build_with`], the ICRC written as `when` says.
+pub fn build_frame<E>(
+    h: &Headers,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), E>,
+    when: Seal,
+) -> Result<std::result::Result<Vec<u8>, E>> {
     let opcode = h.bth.opcode;
     let info = opcode::info(opcode).ok_or(WireError::Opcode(opcode))?;
     h.ext.check(opcode, &info)?;
@@ -163,6 +186,10 @@ pub fn build_with<E>(
     }
     let icrc_at = total - ICRC_LEN;
     out[payload_end..icrc_at].fill(0);
+    if when == Seal::Deferred && matches!(h.ip, IpHeader::V4(_)) {
+        out[icrc_at..].fill(0);
+        return Ok(Ok(out));
+    }
     // The ICRC masks the UDP checksum, so it can be computed before the checksum is known.
     let crc = icrc::compute(&out[ip_start..icrc_at])?;
     out[icrc_at..].copy_from_slice(&crc.to_le_bytes());
@@ -177,6 +204,35 @@ pub fn build_with<E>(
         out[udp_start + 6..udp_start + 8].copy_from_slice(&sum.to_be_bytes());
     }
     Ok(Ok(out))
+}
+
+/// Writes the ICRC of a frame built with [`Seal::Deferred`]; an IPv6 frame (sealed when
+/// built) is left as it is. Writing it again into a sealed frame changes nothing. Errors
+/// when the frame is not an IPv4 or IPv6 RoCEv2 frame.
+pub fn seal(frame: &mut [u8]) -> Result<()> {
+    let (_, ethertype, l2) = EthHeader::parse(frame)?;
+    match ethertype {
+        ETHERTYPE_IPV4 => {
+            let (_, total) = Ipv4Header::parse(&frame[l2..])?;
+            // Ipv4Header::parse checked that `total` bytes follow the Ethernet header.
+            let have = frame.len() - l2;
+            let ip = frame.get_mut(l2..l2 + total).ok_or(WireError::Truncated {
+                what: "IP packet",
+                need: total,
+                have,
+            })?;
+            let at = ip.len().checked_sub(ICRC_LEN).ok_or(WireError::Truncated {
+                what: "ICRC",
+                need: ICRC_LEN,
+                have: ip.len(),
+            })?;
+            let crc = icrc::compute(&ip[..at])?;
+            ip[at..].copy_from_slice(&crc.to_le_bytes());
+            Ok(())
+        }
+        ETHERTYPE_IPV6 => Ok(()),
+        t => Err(WireError::EtherType(t)),
+    }
 }
 
 thread_local! {

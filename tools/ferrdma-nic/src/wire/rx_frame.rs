@@ -1,12 +1,12 @@
 //! A frame on its way to a NIC engine's receiver, with what is known of its ICRC.
 //!
-//! Every frame a NIC engine builds carries an ICRC it computed over the frame's final bytes
-//! (`packet::build_with`). When the fabric hands such a frame to another engine of the same
-//! process with nothing between that could change a byte (no fault link, no link model, no
-//! LAN or host interface: `fabric/hub.rs` decides), computing the ICRC again on receipt
-//! proves nothing and cost ~15% of the NIC's CPU in a two-VM stream (the CRC was a quarter
-//! of the NIC's samples, half of it the receiver's). The frame then travels as
-//! [`Icrc::BuiltHere`]. The bytes cannot be changed afterwards: an `RxFrame` hands them out
+//! When the fabric hands a frame a NIC engine built to another engine of the same process
+//! with nothing between that could change a byte (no fault link, no link model, no LAN or
+//! host interface: `fabric/hub.rs` decides), checking its ICRC on receipt proves nothing and
+//! cost ~15% of the NIC's CPU in a two-VM stream (the CRC was a quarter of the NIC's
+//! samples, half of it the receiver's). The frame then travels as [`Icrc::BuiltHere`], and
+//! carries an ICRC only if something else saw it (the switch seals an engine's frame before
+//! anything else may see it, `packet::Seal`). The bytes cannot be changed afterwards: an `RxFrame` hands them out
 //! only to read, or as a plain `Vec<u8>` that is a frame of unknown ICRC again. Every other
 //! frame (a guest's LAN, a capture replayed, a host interface, a test) is [`Icrc::Verify`].
 
@@ -16,7 +16,8 @@ use super::packet::Icrc;
 ///
 /// # Invariants
 ///
-/// With [`Icrc::BuiltHere`], `bytes` are exactly what a NIC engine of this process built.
+/// With [`Icrc::BuiltHere`], `bytes` are exactly what a NIC engine of this process built
+/// (sealed or not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RxFrame {
     bytes: Vec<u8>,

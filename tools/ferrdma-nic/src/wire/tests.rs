@@ -118,6 +118,41 @@ fn built_here_skips_the_crc_but_not_the_bounds() {
     assert!(icrc::check_present(&f[14..]).is_ok());
 }
 
+/// A frame built with its ICRC deferred, then sealed, is the frame built sealed, for both
+/// IP versions, with and without a VLAN tag; unsealed, an IPv4 frame fails the ICRC check
+/// and an IPv6 one (sealed when built) passes; sealing again changes nothing.
+#[test]
+fn a_deferred_icrc_is_written_by_seal() {
+    let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    for (v6, vlan) in [(false, false), (false, true), (true, false), (true, true)] {
+        let h = headers(opcode::RC_SEND_ONLY, v6, vlan);
+        let sealed = build(&h, &payload).unwrap();
+        let fill = |b: &mut [u8]| {
+            b.copy_from_slice(&payload);
+            Ok::<(), ()>(())
+        };
+        let mut deferred = build_frame(&h, payload.len(), fill, Seal::Deferred)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            parse(&deferred).is_ok(),
+            v6,
+            "v6 {v6} vlan {vlan}: unsealed"
+        );
+        seal(&mut deferred).unwrap();
+        assert_eq!(deferred, sealed, "v6 {v6} vlan {vlan}");
+        seal(&mut deferred).unwrap();
+        assert_eq!(deferred, sealed, "sealed twice");
+    }
+    assert!(
+        seal(&mut [0u8; 10]).is_err(),
+        "too short for an Ethernet header"
+    );
+    let mut arp = build(&headers(opcode::RC_SEND_ONLY, false, false), &[]).unwrap();
+    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    assert!(seal(&mut arp).is_err(), "not IP");
+}
+
 pub(crate) fn eth(vlan: bool) -> EthHeader {
     EthHeader {
         dst: [0x02, 0, 0, 0, 0, 1],
