@@ -17,8 +17,10 @@
 # prints none for latency); the host's report.py turns both nodes' into the table, CSV and
 # plots.
 #
-# A benchmark, not a test: it judges nothing, but fails when a tool fails. "smoke" (make
-# check's bench-smoke) runs one of each kind, small and short (smoke_round).
+# A benchmark, not a test: it judges nothing; a perftest run that fails (after the repeats
+# perftest_pair allows) costs its figure, shown in the output, any other tool's failure the
+# run. "smoke" (make check's bench-smoke) runs one of each kind, small and short
+# (smoke_round), and fails when any tool fails.
 . "$FERRDMA_HARNESS/guest/lib.sh"
 . "$FERRDMA_HARNESS/guest/nvmeof.sh"   # guest/events.sh (RXE_MODULES), nvmeof_*
 mode=${1:-full}
@@ -33,6 +35,10 @@ RXE_IP=$RXE_NET.$FERRDMA_NODE
 RXE_PEER_IP=$RXE_NET.$((3 - FERRDMA_NODE))
 PERFTEST_TIMEOUT=900
 PERFTEST_TRIES=4
+# A tool that fails (rxe between two TCG guests did: ib_send_bw status 9, session 31) costs
+# its figure, not the run.
+# The smoke (make check) still fails on it, so that the bench cannot rot.
+[ "$mode" = smoke ] || PERFTEST_FAILS=skip
 FIO_SECONDS=10
 [ "$mode" = smoke ] && FIO_SECONDS=1
 PERFTEST_LOGS=/tmp/bench-logs
@@ -137,12 +143,13 @@ measure() {
 		if [ "$FERRDMA_NODE" = 1 ]; then
 			# Both ends here: perftest_pair as in a one-VM run (it repeats a run whose
 			# clock calibration failed, announced).
-			FERRDMA_NVMS=1 perftest_pair "$name" 1 127.0.0.1 "$tool" -d "$dev" -x "$g" -F "$@"
-			rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"
+			if FERRDMA_NVMS=1 perftest_pair "$name" 1 127.0.0.1 "$tool" -d "$dev" -x "$g" -F "$@"; then
+				rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"
+			fi
 		fi
 		barrier "$name-done" "$PERFTEST_TIMEOUT"
 	else
-		perftest_pair "$name" 1 "$peer" "$tool" -d "$dev" -x "$g" -F "$@"
+		perftest_pair "$name" 1 "$peer" "$tool" -d "$dev" -x "$g" -F "$@" || return 0
 		[ "$FERRDMA_NODE" = 1 ] ||
 			rows_of "$PERFTEST_CLIENT_LOG" "$scope" "${dev%0}" "$tool" "$label" "$rep"
 	fi
