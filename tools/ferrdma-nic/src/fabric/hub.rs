@@ -880,13 +880,9 @@ impl SwitchState {
         now: u64,
     ) {
         ready.clear();
-        if !self.links.contains_key(&p) && !self.shapers.contains_key(&p) {
-            // Nothing on this port can change the frame: an engine's frame stays vouched
-            // for (`wire/rx_frame.rs`).
-            ready.push(frame);
-            self.queue_to(p, ready, from_engine);
-            return;
-        }
+        // Nothing on a port without a link or link model can change the frame: an engine's
+        // frame stays vouched for (`wire/rx_frame.rs`).
+        let intact = !self.links.contains_key(&p) && !self.shapers.contains_key(&p);
         match self.links.get_mut(&p) {
             Some(link) => {
                 let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -895,7 +891,7 @@ impl SwitchState {
             None => ready.push(frame),
         }
         self.shape(p, ingress, ready, now);
-        self.queue_to(p, ready, false);
+        self.queue_to(p, ready, from_engine && intact);
     }
 
     /// Passes `frames` (from `ingress`) through port `p`'s link model at `now`, if it has

@@ -10,7 +10,7 @@ use crate::wire::bth::Bth;
 use crate::wire::eth::{EthHeader, Vlan};
 use crate::wire::ipv4::Ipv4Header;
 use crate::wire::ipv6::Ipv6Header;
-use crate::wire::{build_frame, seal, ExtHeaders, Headers, IpHeader, Seal};
+use crate::wire::{build_as, build_frame, seal, ExtHeaders, Headers, IpHeader, Seal};
 
 use super::transport::{DEFAULT_UDP_SPORT, MAX_OUTBOX, PKEY};
 use super::Engine;
@@ -76,19 +76,7 @@ impl Engine {
         payload: &[u8],
     ) -> Result<usize, PathError> {
         let h = self.tx_headers(a, bth, ext)?;
-        let filled = build_frame(
-            &h,
-            payload.len(),
-            |b| {
-                b.copy_from_slice(payload);
-                Ok::<(), std::convert::Infallible>(())
-            },
-            Seal::Deferred,
-        )?;
-        let frame = match filled {
-            Ok(frame) => frame,
-            Err(never) => match never {},
-        };
+        let frame = build_as(&h, payload, Seal::Deferred)?;
         Ok(self.tx_queue(&h, frame, payload.len()))
     }
 

@@ -27,7 +27,7 @@ pub(crate) mod tests;
 
 pub use error::WireError;
 pub use packet::{
-    build, build_frame, build_with, parse, parse_with, seal, ExtHeaders, Headers, Icrc, IpHeader,
-    Parsed, Seal,
+    build, build_as, build_frame, build_with, parse, parse_with, seal, ExtHeaders, Headers, Icrc,
+    IpHeader, Parsed, Seal,
 };
 pub use rx_frame::RxFrame;

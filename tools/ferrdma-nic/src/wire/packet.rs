@@ -106,10 +106,16 @@ pub fn pad_for(len: usize) -> u8 {
 /// Serialize a frame. Errors when the headers do not match the opcode, a field does not fit
 /// its width, or the packet would not fit the IP length field.
 pub fn build(h: &Headers, payload: &[u8]) -> Result<Vec<u8>> {
-    match build_with(h, payload.len(), |b| {
+    build_as(h, payload, Seal::Now)
+}
+
+/// [`build`], the ICRC written as `when` says.
+pub fn build_as(h: &Headers, payload: &[u8], when: Seal) -> Result<Vec<u8>> {
+    let fill = |b: &mut [u8]| {
         b.copy_from_slice(payload);
         Ok::<(), std::convert::Infallible>(())
-    })? {
+    };
+    match build_frame(h, payload.len(), fill, when)? {
         Ok(frame) => Ok(frame),
         Err(never) => match never {},
     }
