@@ -1135,6 +1135,74 @@ class HangReportTest(unittest.TestCase):
         self.assertEqual(vmharness.hang_summary("", 1), ["no hang report from the guest"])
 
 
+PERFTEST_BW_RXE_8QP = """\
+ #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]
+ 64         800              0.00               0.00   \t\t     0.000047
+---------------------------------------------------------------------------------------
+"""
+
+PERFTEST_BW_NO_CLOCK = """\
+ #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]
+ 2          5                0.00               0.00   \t\t     0.000000
+Correlation coefficient r^2: 0.83 < 0.9
+ 4          5                0.00               0.00   \t\t     0.000000
+ 65536      5                1875.21            1801.50  \t\t     0.028824
+"""
+
+PERFTEST_LAT_ROWS = """\
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]
+ 2       20          5022.10        165000.00    14059.00     20000.00     -nan         165000.00         165000.00
+"""
+
+
+class BenchRowsTest(unittest.TestCase):
+    """bench/rows.sh's rows_of: which perftest result rows become figures of make bench."""
+
+    def rows_of(self, log, tool):
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as d:
+            logf, csv = os.path.join(d, "client.log"), os.path.join(d, "bench.csv")
+            with open(logf, "w", encoding="utf-8") as f:
+                f.write(log)
+            proc = subprocess.run(
+                ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; . "$1/bench/rows.sh"; '
+                 'csv="$2"; rows_of "$3" two-vms rxe "$4" "$4" 1',
+                 "-", here, csv, logf, tool], capture_output=True, text=True)
+            rows = []
+            if os.path.exists(csv):
+                with open(csv, encoding="utf-8") as f:
+                    rows = f.read().splitlines()
+            return proc.returncode, rows, proc.stdout + proc.stderr
+
+    def test_a_bandwidth_that_rounds_to_zero_is_a_figure(self):
+        # make check's bench-smoke failed on this row ("no result rows"): rxe at 64 B, 8 QPs.
+        status, rows, out = self.rows_of(PERFTEST_BW_RXE_8QP, "ib_write_bw")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(rows, ["two-vms,rxe,ib_write_bw,64,1,MiBps,0.00",
+                                "two-vms,rxe,ib_write_bw,64,1,Mpps,0.000047"])
+
+    def test_rows_without_a_clock_are_left_out_and_said(self):
+        status, rows, out = self.rows_of(PERFTEST_BW_NO_CLOCK, "ib_write_bw")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(rows, ["two-vms,rxe,ib_write_bw,65536,1,MiBps,1801.50",
+                                "two-vms,rxe,ib_write_bw,65536,1,Mpps,0.028824"])
+        self.assertEqual(out.count("row left out (no clock)"), 2, out)
+        # The calibration message is no row.
+        self.assertNotIn("Correlation", "\n".join(rows))
+
+    def test_latency_keeps_typical_and_p99_despite_a_nan_stdev(self):
+        status, rows, out = self.rows_of(PERFTEST_LAT_ROWS, "ib_send_lat")
+        self.assertEqual(status, 0, out)
+        self.assertEqual(rows, ["two-vms,rxe,ib_send_lat,2,1,median_us,14059.00",
+                                "two-vms,rxe,ib_send_lat,2,1,p99_us,165000.00"])
+
+    def test_a_log_without_rows_fails(self):
+        status, rows, out = self.rows_of(PERFTEST_LAT_INF, "ib_send_lat")
+        self.assertNotEqual(status, 0)
+        self.assertEqual(rows, [])
+        self.assertIn("no result rows", out)
+
+
 class BenchReportTest(unittest.TestCase):
     """bench/report.py: rows to figures, the table, the targets, bad rows."""
 
