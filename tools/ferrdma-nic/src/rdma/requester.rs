@@ -335,10 +335,14 @@ impl Engine {
             if resent {
                 self.count_retransmit();
             }
+            // The timer runs from the last request packet sent (as rxe's does), not from the
+            // first one unacknowledged: when the NIC process itself is not scheduled halfway
+            // through a window (a loaded host; 93 ms in a make check run), the rest of the
+            // window leaves after the pause and the first packets' timer must not expire
+            // before the answer to them could come back (fabric-link-ferrdma saw 128 packets
+            // sent again on a clean link).
             let Some(qp) = self.qp_mut(qp_id) else { return };
-            if qp.req.deadline.is_none() {
-                qp.req.deadline = ack_timeout_us(qp.attrs.timeout).map(|t| env.now_us + t);
-            }
+            qp.req.deadline = ack_timeout_us(qp.attrs.timeout).map(|t| env.now_us + t);
         }
     }
 

@@ -2217,6 +2217,62 @@ fn port_counters_follow_traffic_and_loss() {
     assert_eq!((b3.icrc_errors, b3.header_errors), (1, 1));
 }
 
+/// The retransmission timer runs from the last request packet sent. Two WRITEs leave a
+/// long pause apart (as when the NIC process is not scheduled halfway through a window): at
+/// the first one's timeout nothing is sent again, since the second restarted the timer; at
+/// the second one's, with still no answer, both are, from the oldest unacknowledged PSN.
+#[test]
+fn the_retransmission_timer_restarts_with_every_request_sent() {
+    let mut net = Net::new(1 << 20, Path::default());
+    let t = crate::rdma::transport::ack_timeout_us(Path::default().timeout).unwrap();
+    let c0 = net.a.h.counters();
+    let d = |x: u64, y: u64| x - y;
+    let write = |net: &Net, off: u64| Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(off, 100)],
+        hdr_low: net.b.dst.stag,
+        qw2: net.b.dst.va + off,
+        ..Default::default()
+    };
+    let wr = write(&net, 0);
+    net.a.h.send(&mut net.a.qp, &wr);
+    assert_eq!(net.a.h.dev().take_tx().len(), 1);
+    let first_sent = net.now();
+    net.clock.store(first_sent + t - 1000, Ordering::Relaxed);
+    net.a.h.dev().tick();
+    let wr = write(&net, 4096);
+    net.a.h.send(&mut net.a.qp, &wr);
+    assert_eq!(net.a.h.dev().take_tx().len(), 1);
+    let second_sent = net.now();
+    net.clock.store(first_sent + t + 1000, Ordering::Relaxed);
+    net.a.h.dev().tick();
+    assert!(
+        net.a.h.dev().take_tx().is_empty(),
+        "sent again at the first packet's timeout, the second one sent {} us before",
+        net.now() - second_sent
+    );
+    net.clock.store(second_sent + t + 1, Ordering::Relaxed);
+    net.a.h.dev().tick();
+    let again = net.a.h.dev().take_tx_unsealed();
+    assert_eq!(again.len(), 2, "both sent again at the second's timeout");
+    net.carry(again, true);
+    let mut sc = Vec::new();
+    while sc.len() < 2 {
+        let (got, _) = net.complete(false);
+        sc.extend(got);
+    }
+    assert!(sc.iter().all(|c| c.error().is_none()));
+    let c1 = net.a.h.counters();
+    assert_eq!(
+        (
+            d(c1.local_ack_timeouts, c0.local_ack_timeouts),
+            d(c1.retransmits, c0.retransmits)
+        ),
+        (1, 2)
+    );
+}
+
 /// A receive whose buffer the responder may not write: the requester gets REM_OP, the
 /// responder a protection error on its receive and QP_LOCAL_ACCESS.
 #[test]
