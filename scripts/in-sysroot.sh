@@ -34,5 +34,6 @@ exec unshare --mount --propagation private -- bash -euo pipefail -c '
 		${FERRDMA_FABRIC:+FERRDMA_FABRIC="$FERRDMA_FABRIC"} \
 		${FERRDMA_ACCEL:+FERRDMA_ACCEL="$FERRDMA_ACCEL"} \
 		${FERRDMA_SMP:+FERRDMA_SMP="$FERRDMA_SMP"} \
+		${FERRDMA_GDB:+FERRDMA_GDB="$FERRDMA_GDB"} \
 		"$@"
 ' ferrdma-in-sysroot "$root" "$src" "$FERRDMA_CACHE" "$@"

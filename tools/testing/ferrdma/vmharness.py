@@ -460,6 +460,10 @@ class Config:
     replug: bool = False
     accel: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_ACCEL", "tcg"))
     append: str = dataclasses.field(default_factory=lambda: os.environ.get("FERRDMA_APPEND", ""))
+    # A GDB stub per VM on the Unix socket LOGDIR/gdbN.sock (FERRDMA_GDB=1), for a debugger or
+    # guest-profile.py, the sampling profiler of a TCG guest.
+    gdb: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("FERRDMA_GDB", "") not in ("", "0"))
     # The VMs' virtio-nets join through a ferrdma-nic fabric process (its learning switch,
     # --lan sockets, a pcap in the log directory); FERRDMA_FABRIC=0 joins them directly.
     fabric: bool = dataclasses.field(
@@ -624,6 +628,13 @@ def kernel_cmdline(cfg: Config) -> str:
         # load the watchdog saw "skew", switched the guest to the HPET mid-run, and perftest's
         # TSC-vs-gettimeofday calibration then failed (r^2 < 0.9). The TSC is the better clock.
         "tsc=reliable",
+        # A periodic tick from the local APIC's own periodic mode: with the default one-shot
+        # tick (NO_HZ_IDLE, high-resolution timers) the guest rewrote the APIC timer on every
+        # tick and idle entry, each an MMIO exit to QEMU's APIC model (6.4% of a guest's TCG
+        # time, guest-profile.py; 0% with these; cm-loopback-ferrdma 117-133 s against 162-174 s,
+        # session 32). Timers keep the tick's 4 ms resolution; an idle VM costs more (12% of a
+        # host core against 4%).
+        "nohz=off", "highres=off",
         # kmemleak's minimum object age, 5 s in the kernel (parameter: kernel-patches/0007):
         # a leak check waits that long between its two scans (guest/lib.sh, kmemleak).
         "kmemleak.min_age_ms=1000",
@@ -644,6 +655,10 @@ def kernel_cmdline(cfg: Config) -> str:
 
 def qmp_sock_path(sockdir: str, node: int) -> str:
     return os.path.join(sockdir, f"qmp{node}.sock")
+
+
+def gdb_sock_path(logdir: str, node: int) -> str:
+    return os.path.join(logdir, f"gdb{node}.sock")
 
 
 def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
@@ -675,6 +690,8 @@ def qemu_argv(cfg: Config, node: int, logdir: str, lan_sock: str,
         "-device", "virtio-9p-pci,fsdev=results,mount_tag=results",
         "-device", "virtio-rng-pci",
     ]
+    if cfg.gdb:
+        argv += ["-gdb", f"unix:{gdb_sock_path(logdir, node)},server=on,wait=off"]
     if qmp_sock is not None:
         # The harness's handle on the VM's virtual hardware (the cable's carrier: set_link).
         argv += ["-qmp", f"unix:{qmp_sock},server=on,wait=off"]
