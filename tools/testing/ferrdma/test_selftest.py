@@ -823,9 +823,10 @@ class FabricControlTest(unittest.TestCase):
         self.assertEqual(len(reply), 1)
         self.assertTrue(reply[0].startswith("error: control socket"))
 
-    def _fake_qmp(self, path, fail=False):
+    def _fake_qmp(self, path, fail=False, conns=1):
         """A QMP server that answers the greeting, qmp_capabilities and one command (with an
-        event before the reply, as QEMU may send), recording the commands it got."""
+        event before the reply, as QEMU may send) on each of `conns` connections, recording
+        the commands it got."""
         import json
         import socket
         import threading
@@ -835,22 +836,57 @@ class FabricControlTest(unittest.TestCase):
         srv.listen(1)
 
         def serve():
-            conn, _ = srv.accept()
-            with conn, srv:
-                f = conn.makefile("rwb")
-                f.write(b'{"QMP": {"version": {}, "capabilities": []}}\n')
-                f.flush()
-                for line in f:
-                    msg = json.loads(line)
-                    got.append(msg)
-                    f.write(b'{"event": "NIC_RX_FILTER_CHANGED", "data": {}}\n')
-                    if fail and msg["execute"] != "qmp_capabilities":
-                        f.write(b'{"error": {"class": "DeviceNotFound", "desc": "no lan"}}\n')
-                    else:
-                        f.write(b'{"return": {}}\n')
-                    f.flush()
+            with srv:
+                for _ in range(conns):
+                    conn, _ = srv.accept()
+                    with conn:
+                        f = conn.makefile("rwb")
+                        f.write(b'{"QMP": {"version": {}, "capabilities": []}}\n')
+                        f.flush()
+                        for line in f:
+                            msg = json.loads(line)
+                            got.append(msg)
+                            f.write(b'{"event": "NIC_RX_FILTER_CHANGED", "data": {}}\n')
+                            if fail and msg["execute"] != "qmp_capabilities":
+                                f.write(b'{"error": {"class": "DeviceNotFound", '
+                                        b'"desc": "no lan"}}\n')
+                            else:
+                                f.write(b'{"return": {}}\n')
+                            f.flush()
         threading.Thread(target=serve, daemon=True).start()
         return got
+
+    def test_cable_out_is_answered_once_the_cable_is_back(self):
+        import time
+        q2 = os.path.join(self.dir, "qmp2.sock")
+        got = self._fake_qmp(q2, conns=2)
+        ctl = vmharness.FabricControl(self.sock, self.dir, 2, nic_port={2: 0},
+                                      qmp={1: os.path.join(self.dir, "qmp1.sock"), 2: q2})
+        d1 = os.path.join(self.dir, "vm1", vmharness.CTL_DIR)
+        rep = os.path.join(d1, "o1.rep")
+        with open(os.path.join(d1, "o1.req"), "w") as f:
+            f.write("cable 2 out 0.3\n")
+        t0 = time.monotonic()
+        ctl.poll()
+        self.assertEqual(self.seen, ["link lan:1 nic:0 down"])
+        self.assertFalse(os.path.exists(rep), "answered before the cable was back")
+        while not os.path.exists(rep) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+            ctl.poll()
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        with open(rep) as f:
+            self.assertEqual(f.read().splitlines(),
+                             ["node 2: cable down (lan:1 nic:0, carrier)",
+                              "node 2: cable up (lan:1 nic:0, carrier)", "ok"])
+        self.assertEqual(self.seen, ["link lan:1 nic:0 down", "link lan:1 nic:0 up"])
+        self.assertEqual([m["arguments"] for m in got if m["execute"] == "set_link"],
+                         [{"name": "lan", "up": False}, {"name": "lan", "up": True}])
+        # Durations out of range pull nothing.
+        for i, bad in enumerate(("cable 2 out", "cable 2 out 0", "cable 2 out nan",
+                                 "cable 2 out 601", "cable 2 out soon", "cable 3 out 1")):
+            self.assertTrue(self._ask(ctl, d1, f"o{i + 2}", bad + "\n")[0].startswith("error:"),
+                            bad)
+        self.assertEqual(len(self.seen), 2)
 
     def test_cable_pulls_the_fabric_ports_and_the_carrier(self):
         q2 = os.path.join(self.dir, "qmp2.sock")

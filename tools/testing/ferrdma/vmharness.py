@@ -765,6 +765,9 @@ class FabricControl:
         # Node -> its QEMU's QMP socket.
         self.qmp = qmp or {}
         self.log = os.path.join(logdir, "fabric-ctl.log")
+        # `cable NODE out SECONDS` requests whose cable goes back in at the first field
+        # (time.monotonic()), each answered then.
+        self.cables_out: list[tuple] = []
         self.dirs = []
         for n in range(1, vms + 1):
             d = os.path.join(logdir, f"vm{n}", CTL_DIR)
@@ -772,6 +775,11 @@ class FabricControl:
             self.dirs.append((n, d))
 
     def poll(self) -> None:
+        now = time.monotonic()
+        for out in [c for c in self.cables_out if c[0] <= now]:
+            self.cables_out.remove(out)
+            _, node, d, ident, line, node_s, down = out
+            self._reply(node, d, ident, line, down + self.cable([node_s, "up"]))
         for node, d in self.dirs:
             try:
                 names = sorted(os.listdir(d))
@@ -793,6 +801,14 @@ class FabricControl:
         line = raw.decode("utf-8", errors="replace").strip()
         if len(raw) > CTL_LINE_MAX or "\n" in line:
             reply = ["error: the harness takes one line of at most 512 bytes"]
+        elif line.split()[:1] == ["cable"] and line.split()[2:3] == ["out"]:
+            reply = self.cable_out(line.split()[1:])
+            if reply[-1:] == ["ok"]:
+                # Answered when the cable is back (poll), so the guest waits for that.
+                node_s, secs = line.split()[1], float(line.split()[3])
+                self.cables_out.append((time.monotonic() + secs, node, d, ident, line,
+                                        node_s, reply[:-1]))
+                return
         elif line.split()[:1] == ["cable"]:
             reply = self.cable(line.split()[1:])
         elif line.split()[:1] == ["pci"]:
@@ -801,6 +817,9 @@ class FabricControl:
             reply = self.nic_kill()
         else:
             reply = self.request(line)
+        self._reply(node, d, ident, line, reply)
+
+    def _reply(self, node: int, d: str, ident: str, line: str, reply: list[str]) -> None:
         with open(self.log, "a") as log:
             log.write(f"[{time.strftime('%H:%M:%S')}] vm{node} {ident}: {line!r} -> "
                       f"{' | '.join(reply)}\n")
@@ -831,6 +850,19 @@ class FabricControl:
         if err:
             return reply[:-1] + [f"error: QMP set_link on node {node}: {err}"]
         return reply[:-1] + [f"node {node}: cable {args[1]} ({' '.join(ports)}, carrier)", "ok"]
+
+    def cable_out(self, args: list[str]) -> list[str]:
+        """`cable NODE out SECONDS`, the harness's own request: pulls node NODE's cable now
+        (as `cable NODE down`) and plugs it back SECONDS (0.1 to 600) later on the harness's
+        clock, then answers. The outage lasts what was asked, however long the guest takes
+        to see the reply to a `down` and send an `up` (on a loaded host: 4-8 s, session 32)."""
+        try:
+            secs = float(args[2]) if len(args) == 3 else -1.0
+        except ValueError:
+            secs = -1.0
+        if not 0.1 <= secs <= 600.0:
+            return ["error: cable NODE out SECONDS, SECONDS from 0.1 to 600"]
+        return self.cable([args[0], "down"])
 
     def pci(self, args: list[str]) -> list[str]:
         """`pci NODE unplug|plug`, the harness's own request in runs with replug: QMP

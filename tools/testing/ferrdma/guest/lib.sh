@@ -552,6 +552,13 @@ fabric_cable() {
 	fabric_ctl cable "$node" "$state" > /dev/null || fail "fabric: cable $node $state refused"
 }
 
+# fabric_cable_out NODE SECONDS: pulls node NODE's cable for SECONDS, timed by the harness
+# (one request, answered once the cable is back): an outage as long as asked, not that plus
+# the guest's round trips to the harness.
+fabric_cable_out() {
+	fabric_ctl cable "$1" out "$2" > /dev/null || fail "fabric: cable $1 out $2 refused"
+}
+
 # removal_holder_start [-f]: starts progs/removal-holder on ferrdma0 (the verbs objects a running
 # application holds, after 8 SENDs whose bytes it checked) and waits until it is ready; its pid
 # is in $REMOVAL_HOLDER, its output in /tmp/removal-holder.out. -f: the device will fail fatally (see the program).

@@ -92,9 +92,7 @@ outage() {
 		sleep 4 # connected and writing
 		kill -0 "$pid" 2>/dev/null || { cat "$log"; fail "$name: the client ended before the outage"; }
 		note "$name: node 2's cable out for ${secs}s"
-		fabric_cable 2 down
-		sleep "$secs"
-		fabric_cable 2 up
+		fabric_cable_out 2 "$secs"
 		fabric_ctl stats > /tmp/stats.log # the counters outlive the outage
 		note "$name: cable back; $(grep ' nic:1 ' /tmp/stats.log)"
 		grep ' nic:1 ' /tmp/stats.log | has_line -v ' down_dropped=0 ' ||
