@@ -43,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import ktap
 import splat
@@ -744,6 +744,17 @@ CTL_REQ = re.compile(r"^([A-Za-z0-9_-]{1,64})\.req$")
 CTL_LINE_MAX = 512
 
 
+class _CableOut(NamedTuple):
+    """A `cable NODE out SECONDS` request whose cable is out."""
+    back_at: float  # time.monotonic() when the cable goes back in and the guest is answered
+    node: int  # the VM that asked
+    dir: str  # its request directory
+    ident: str
+    line: str
+    cable_node: str  # NODE
+    down: list[str]  # the reply lines of the `down`, without its "ok"
+
+
 class FabricControl:
     """Forwards the guests' requests to the fabric's control socket (`ferrdma-nic --control`)
     and writes the replies back. A request is a file <share>/fabric-ctl/ID.req holding one
@@ -765,9 +776,8 @@ class FabricControl:
         # Node -> its QEMU's QMP socket.
         self.qmp = qmp or {}
         self.log = os.path.join(logdir, "fabric-ctl.log")
-        # `cable NODE out SECONDS` requests whose cable goes back in at the first field
-        # (time.monotonic()), each answered then.
-        self.cables_out: list[tuple] = []
+        # `cable NODE out SECONDS` requests whose cable is out, each answered when it is back.
+        self.cables_out: list[_CableOut] = []
         self.dirs = []
         for n in range(1, vms + 1):
             d = os.path.join(logdir, f"vm{n}", CTL_DIR)
@@ -776,10 +786,10 @@ class FabricControl:
 
     def poll(self) -> None:
         now = time.monotonic()
-        for out in [c for c in self.cables_out if c[0] <= now]:
+        for out in [c for c in self.cables_out if c.back_at <= now]:
             self.cables_out.remove(out)
-            _, node, d, ident, line, node_s, down = out
-            self._reply(node, d, ident, line, down + self.cable([node_s, "up"]))
+            self._reply(out.node, out.dir, out.ident, out.line,
+                        out.down + self.cable([out.cable_node, "up"]))
         for node, d in self.dirs:
             try:
                 names = sorted(os.listdir(d))
@@ -799,21 +809,21 @@ class FabricControl:
         except OSError:
             return
         line = raw.decode("utf-8", errors="replace").strip()
+        args = line.split()
         if len(raw) > CTL_LINE_MAX or "\n" in line:
             reply = ["error: the harness takes one line of at most 512 bytes"]
-        elif line.split()[:1] == ["cable"] and line.split()[2:3] == ["out"]:
-            reply = self.cable_out(line.split()[1:])
-            if reply[-1:] == ["ok"]:
+        elif args[:1] == ["cable"] and args[2:3] == ["out"]:
+            reply, secs = self.cable_out(args[1:])
+            if secs is not None:
                 # Answered when the cable is back (poll), so the guest waits for that.
-                node_s, secs = line.split()[1], float(line.split()[3])
-                self.cables_out.append((time.monotonic() + secs, node, d, ident, line,
-                                        node_s, reply[:-1]))
+                self.cables_out.append(_CableOut(time.monotonic() + secs, node, d, ident, line,
+                                                 args[1], reply[:-1]))
                 return
-        elif line.split()[:1] == ["cable"]:
-            reply = self.cable(line.split()[1:])
-        elif line.split()[:1] == ["pci"]:
-            reply = self.pci(line.split()[1:])
-        elif line.split() == ["nic", "kill"]:
+        elif args[:1] == ["cable"]:
+            reply = self.cable(args[1:])
+        elif args[:1] == ["pci"]:
+            reply = self.pci(args[1:])
+        elif args == ["nic", "kill"]:
             reply = self.nic_kill()
         else:
             reply = self.request(line)
@@ -851,18 +861,20 @@ class FabricControl:
             return reply[:-1] + [f"error: QMP set_link on node {node}: {err}"]
         return reply[:-1] + [f"node {node}: cable {args[1]} ({' '.join(ports)}, carrier)", "ok"]
 
-    def cable_out(self, args: list[str]) -> list[str]:
+    def cable_out(self, args: list[str]) -> tuple[list[str], float | None]:
         """`cable NODE out SECONDS`, the harness's own request: pulls node NODE's cable now
         (as `cable NODE down`) and plugs it back SECONDS (0.1 to 600) later on the harness's
         clock, then answers. The outage lasts what was asked, however long the guest takes
-        to see the reply to a `down` and send an `up` (on a loaded host: 4-8 s, session 32)."""
+        to see the reply to a `down` and send an `up` (on a loaded host: 4-8 s, session 32).
+        Returns the reply to the `down` and SECONDS, or an error reply and None."""
         try:
             secs = float(args[2]) if len(args) == 3 else -1.0
         except ValueError:
             secs = -1.0
         if not 0.1 <= secs <= 600.0:
-            return ["error: cable NODE out SECONDS, SECONDS from 0.1 to 600"]
-        return self.cable([args[0], "down"])
+            return ["error: cable NODE out SECONDS, SECONDS from 0.1 to 600"], None
+        reply = self.cable([args[0], "down"])
+        return reply, (secs if reply[-1:] == ["ok"] else None)
 
     def pci(self, args: list[str]) -> list[str]:
         """`pci NODE unplug|plug`, the harness's own request in runs with replug: QMP
