@@ -265,6 +265,14 @@ Correlation coefficient r^2: 0.876284 < 0.9
 """
 
 
+def free_tcp_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class PerftestOutcomeTest(unittest.TestCase):
     """guest/lib.sh's perftest_outcome: which perftest failures perftest_pair may repeat."""
 
@@ -294,6 +302,71 @@ class PerftestOutcomeTest(unittest.TestCase):
         self.assertEqual(self.outcome_of(1, "Couldn't create QP\n"), "fail")
         # A good fit is no clock failure.
         self.assertEqual(self.outcome_of(1, "Correlation coefficient r^2: 0.95\n"), "fail")
+
+
+# A stand-in for a perftest tool in perftest_pair's one-VM mode: the server (no address
+# argument) listens on -p PORT for one client; its first FAKE_CLOCK_FAILS runs end as a failed
+# TSC calibration does, the later ones with a result row.
+FAKE_PERFTEST = r"""
+import os, socket, sys
+args = sys.argv[1:]
+port = int(args[args.index("-p") + 1])
+if len(args) > 2:
+    socket.create_connection(("127.0.0.1", port)).close()
+    print(" 2 100 1.0 2.0")
+    sys.exit(0)
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", port))
+srv.listen(1)
+srv.accept()[0].close()
+with open(os.environ["FAKE_RUNS"], "a+") as f:
+    f.write("run\n")
+    f.seek(0)
+    runs = len(f.readlines())
+if runs <= int(os.environ["FAKE_CLOCK_FAILS"]):
+    print("Correlation coefficient r^2: 0.52 < 0.9")
+    print("Can't produce a report")
+    sys.exit(1)
+print(" 2 100 1.0 2.0")
+"""
+
+
+class PerftestPairTest(unittest.TestCase):
+    """guest/lib.sh's perftest_pair repeats a run whose only failure was the server's clock
+    calibration, announced, up to PERFTEST_TRIES runs (CI on 2026-12-07: two in a row)."""
+
+    def pair(self, clock_fails):
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as tmp:
+            tool = os.path.join(tmp, "fake_perftest")
+            with open(tool, "w") as f:
+                f.write("#!" + sys.executable + "\n" + FAKE_PERFTEST)
+            os.chmod(tool, 0o755)
+            port = free_tcp_port()
+            env = dict(os.environ, FAKE_RUNS=os.path.join(tmp, "runs"),
+                       FAKE_CLOCK_FAILS=str(clock_fails))
+            r = subprocess.run(
+                ["bash", "-c", 'FERRDMA_HARNESS="$1"; . "$1/guest/lib.sh"; FERRDMA_NVMS=1; '
+                 'PERFTEST_LOGS="$2/logs"; perftest_pair fake 1 127.0.0.1 "$3" -p "$4"; '
+                 'echo "runs: $(wc -l < "$2/runs")"',
+                 "-", here, tmp, tool, str(port)],
+                capture_output=True, text=True, env=env, timeout=60)
+            return r.returncode, r.stdout, r.stderr
+
+    def test_two_failed_calibrations_are_repeated(self):
+        rc, out, err = self.pair(2)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.count("ferrdma-retry: fake: perftest's TSC calibration failed"), 2,
+                         out)
+        self.assertIn("runs: 3", out)
+
+    def test_a_third_fails_the_pair(self):
+        rc, out, err = self.pair(3)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL: fake: ", err)
+        self.assertIn("failed (client: ok, server: clock)", err)
+        self.assertNotIn("runs:", out)
 
 
 KMEMLEAK_REPORT = """\

@@ -182,7 +182,8 @@ cm_check() {
 # must exit 0; -s and -c add output checks for the server and client side (MIN lines matching
 # REGEX). Logs: $CM_LOGS/NAME.server, NAME.client. With two VMs the nodes tell each other
 # their side's outcome, so that both fail, or both repeat the pair: the one failure repeated
-# (once) is perftest's TSC calibration (lib.sh's perftest_clock_failed; ib_write_bw -R...).
+# (up to lib.sh's PERFTEST_TRIES) is perftest's TSC calibration (perftest_clock_failed;
+# ib_write_bw -R...).
 cm_pair() {
 	local name=$1 port=$2 slog=$CM_LOGS/$1.server clog=$CM_LOGS/$1.client spid='' rc t0=$SECONDS
 	local try co so crc=0 src=0
@@ -201,7 +202,7 @@ cm_pair() {
 	shift
 	cli=("$@")
 	# The previous step's "-done" barrier (or cm_setup's "cm-up") starts this one.
-	for try in 1 2; do
+	for ((try = 1; try <= PERFTEST_TRIES; try++)); do
 		co=- so=-
 		if cm_server_node; then
 			note "$name: server: ${srv[*]}"
@@ -227,7 +228,7 @@ cm_pair() {
 		fi
 		[ "$CM_MODE" = loop ] || so=$(barrier_word "$name-$try-server" 1 "$so")
 		[ "$co/$so" = ok/ok ] && break
-		if [ "$try" = 1 ] && [ "$co" != fail ] && [ "$so" != fail ] &&
+		if [ "$try" -lt "$PERFTEST_TRIES" ] && [ "$co" != fail ] && [ "$so" != fail ] &&
 			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
 			cm_client_node && retrying "$name" "perftest's TSC calibration failed" \
 				"(client: $co, server: $so: Correlation coefficient r^2 below 0.9)"

@@ -622,14 +622,18 @@ fabric_pci() {
 # TCG host the calibration's fit can come out below r^2 0.9 (seen when the guest's clocksource
 # watchdog moved it to the HPET mid-run; guests now boot with tsc=reliable), and the tool exits
 # with "Can't produce a report" after the traffic ran. Its peer then fails its next exchange
-# over TCP ("peer"). That is the tool's clock, not the data path: such a run is repeated once
-# (announced with `retrying`). Any other failure fails the test.
+# over TCP ("peer"). That is the tool's clock, not the data path: such a run is repeated
+# (PERFTEST_TRIES, each announced with `retrying`). Any other failure fails the test.
 PERFTEST_LOGS=/tmp/perftest
 PERFTEST_TIMEOUT=300 # seconds, for each side of a run
-# Runs of a pair whose only failure was perftest's clock calibration: the tests repeat such a
-# run once; make bench, whose long runs on a loaded host fail it more often (seen: twice in a
-# row on one run of 29 minutes), up to three times.
-PERFTEST_TRIES=2
+# Runs of a pair whose only failure was perftest's clock calibration. perftest calibrates in
+# every report, so each size of an -a run calibrates on both sides (46 fits for ib_send_lat -a);
+# each fit fails when one of its 200 samples took a pause of a few ms between reading the TSC
+# and the clock: the guest's vCPU descheduled by the host, or another guest task run (one task
+# waking every 20 ms gave 2-7.6 ms outliers in 7 of 25 fits, r^2 down to 0.93). CI failed
+# verbs-two-vms on 2026-12-07 with the server's calibration failing on both of two tries, so
+# the tests allow three; make bench, whose long runs fail it more often, four (bench.sh).
+PERFTEST_TRIES=3
 # What a failed pair does: "fatal" (tests: the test fails) or "skip" (make bench: it returns
 # 1, the failure shown, and the bench goes on without that figure).
 PERFTEST_FAILS=fatal

@@ -18,7 +18,7 @@ wait_probe 1 >/dev/null
 gid=$(wait_gid ferrdma0)
 
 # perf ROWS TOOL ARGS...: server + client here (lib.sh's perftest_pair: a run that failed only
-# on perftest's TSC calibration is repeated once); ROWS result rows expected from the client.
+# on perftest's TSC calibration is repeated); ROWS result rows expected from the client.
 step=0
 perf() {
 	local rows=$1 tool=$2 got
