@@ -96,6 +96,13 @@ impl Clock {
     }
 }
 
+/// An engine step (a doorbell, a batch of frames, a tick) that took this long was stopped by
+/// the host rather than busy: a step's work is bounded (at most a window of 128 packets, a
+/// batch of 64 frames), and in the NIC-level stream a packet costs both NICs together about
+/// 2 us of one core, so a full window delivered to a NIC of the same process takes well
+/// under a millisecond.
+pub const STALL_US: u64 = 10_000;
+
 /// Where the device's RoCE frames go (the fabric); without one they wait in the engine's
 /// bounded outbox for [`Device::take_tx`].
 /// It takes what one engine step emitted at once, so the fabric is woken once per burst,
@@ -123,6 +130,8 @@ pub struct Device {
     clock: Clock,
     sink: Option<TxSink>,
     /// Refused DMA_MAP/DMA_UNMAP/SET_IRQS requests: a client can repeat them at will.
+    /// Steps that took [`STALL_US`] or more (see [`Device::step_done`]).
+    stalls: u64,
     client_warnings: LogLimiter,
 }
 
@@ -140,6 +149,7 @@ impl Device {
             engine: Engine::new(),
             clock: Clock::Real(Instant::now()),
             sink: None,
+            stalls: 0,
             client_warnings: LogLimiter::default(),
         }
     }
@@ -157,13 +167,39 @@ impl Device {
     /// Runs `f` on the engine with the current environment, then hands queued frames to the
     /// sink (if any).
     fn run<R>(&mut self, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
-        let r = self.with_env(f);
+        let start = self.clock.now_us();
+        let r = self.with_env_at(start, f);
         self.flush_tx();
+        self.step_done(start);
         r
+    }
+
+    /// Ends an engine step that began at device time `start`: a step that took
+    /// [`STALL_US`] or more did not run all that time but was stopped by the host (a step's
+    /// work takes well under a millisecond), and the engine's timers are told
+    /// ([`Engine::stalled`]).
+    fn step_done(&mut self, start: u64) {
+        let took = self.clock.now_us().saturating_sub(start);
+        if took >= STALL_US {
+            log::debug!("{}: a step took {took} us: timers pushed back", self.name);
+            self.stalls += 1;
+            self.engine.stalled(took);
+        }
+    }
+
+    /// Steps the engine took [`STALL_US`] or more for (see [`Device::step_done`]).
+    pub fn stalls(&self) -> u64 {
+        self.stalls
     }
 
     /// Runs `f` on the engine with the current environment (the clock read now).
     fn with_env<R>(&mut self, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
+        let now_us = self.clock.now_us();
+        self.with_env_at(now_us, f)
+    }
+
+    /// [`Device::with_env`] at device time `now_us`, read by the caller.
+    fn with_env_at<R>(&mut self, now_us: u64, f: impl FnOnce(&mut Engine, &Env<'_>) -> R) -> R {
         let mem = BusMasterGate {
             mem: &self.dma,
             enabled: self.config.bus_master(),
@@ -176,7 +212,7 @@ impl Device {
             mem: &mem,
             irq: &irq,
             bus_master: mem.enabled,
-            now_us: self.clock.now_us(),
+            now_us,
         };
         f(&mut self.engine, &env)
     }
@@ -210,6 +246,7 @@ impl Device {
     }
 
     fn rx_batch<'a>(&mut self, frames: impl Iterator<Item = (&'a [u8], Icrc)>) {
+        let start = self.clock.now_us();
         self.engine.begin_rx_batch();
         for (f, icrc) in frames {
             self.with_env(|e, env| e.rx_frame_with(env, f, icrc));
@@ -219,6 +256,7 @@ impl Device {
         }
         self.engine.end_rx_batch();
         self.flush_tx();
+        self.step_done(start);
     }
 
     /// Frames the engine queued (when there is no sink).
@@ -351,6 +389,7 @@ impl Device {
         offset: u64,
         data: &[u8],
     ) -> Result<(), DeviceError> {
+        let start = self.clock.now_us();
         match region {
             REGION_CONFIG => {
                 let was = self.config.msix_enabled();
@@ -387,7 +426,7 @@ impl Device {
                     mem: &mem,
                     irq: &irq,
                     bus_master: mem.enabled,
-                    now_us: self.clock.now_us(),
+                    now_us: start,
                 };
                 let engine = &mut self.engine;
                 if region == REGION_DB {
@@ -403,6 +442,7 @@ impl Device {
             _ => return Err(DeviceError::NoSuchRegion(region)),
         }
         self.flush_tx();
+        self.step_done(start);
         Ok(())
     }
 

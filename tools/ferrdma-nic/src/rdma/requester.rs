@@ -655,6 +655,22 @@ impl Engine {
         }
     }
 
+    /// The NIC stopped for `us` microseconds in the middle of one of its steps: its process
+    /// was not scheduled (a loaded host), and the timers that step armed from the clock read
+    /// at its start are already `us` old. The requesters' timers (retransmission, RNR wait)
+    /// count the NIC's own running time, as a NIC's hardware timers would: each is pushed back
+    /// by `us`, so that a pause of the emulator is not taken for a silent peer.
+    pub fn stalled(&mut self, us: u64) {
+        let mut next = self.qps.next_id(0);
+        while let Some(id) = next {
+            next = self.qps.next_id(id + 1);
+            let Some(qp) = self.qp_mut(id) else { continue };
+            let r = &mut qp.req;
+            r.deadline = r.deadline.map(|t| t.saturating_add(us));
+            r.rnr_until = r.rnr_until.map(|t| t.saturating_add(us));
+        }
+    }
+
     fn retransmit_timeout(&mut self, env: &Env<'_>, qp_id: u32) {
         self.count_ack_timeout();
         let Some(qp) = self.qp_mut(qp_id) else { return };

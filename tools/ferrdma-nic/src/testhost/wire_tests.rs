@@ -2273,6 +2273,82 @@ fn the_retransmission_timer_restarts_with_every_request_sent() {
     );
 }
 
+/// The host stops the NIC process in the middle of a step, longer than the ACK timeout
+/// (seen: 93 ms on a loaded make check host; the engines and the fabric share the process):
+/// the retransmission timer the step armed, from the clock read at the step's start, must
+/// not expire the moment the process runs again, before the peer could answer. The NIC's
+/// timers count its running time: the packet goes again one full timeout after the stall.
+#[test]
+fn a_stall_of_the_nic_inside_a_step_does_not_expire_the_timer_it_armed() {
+    use crate::device::{TxSink, STALL_US};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+    let mut net = Net::new(1 << 20, Path::default());
+    let t = crate::rdma::transport::ack_timeout_us(Path::default().timeout).unwrap();
+    let stall = t + 25_000;
+    assert!(stall >= STALL_US);
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let stall_once = Arc::new(AtomicBool::new(true));
+    {
+        let (clock, sent, once) = (
+            Arc::clone(&net.clock),
+            Arc::clone(&sent),
+            Arc::clone(&stall_once),
+        );
+        // The host stops the process while the step hands its frames to the fabric.
+        net.a
+            .h
+            .dev()
+            .set_sink(TxSink(Box::new(move |frames: Vec<Vec<u8>>| {
+                if once.swap(false, Ordering::SeqCst) {
+                    clock.fetch_add(stall, Ordering::SeqCst);
+                }
+                sent.lock().unwrap().extend(frames);
+            })));
+    }
+    let count = |sent: &Arc<Mutex<Vec<Vec<u8>>>>| sent.lock().unwrap().len();
+    let c0 = net.a.h.counters();
+    let wr = Wr {
+        opcode: sq_op::RDMA_WRITE,
+        signaled: true,
+        sges: vec![net.a.src.sg(0, 100)],
+        hdr_low: net.b.dst.stag,
+        qw2: net.b.dst.va,
+        ..Default::default()
+    };
+    net.a.h.send(&mut net.a.qp, &wr);
+    assert_eq!(count(&sent), 1);
+    assert_eq!(
+        net.a.h.dev().stalls(),
+        1,
+        "the step that stalled is counted"
+    );
+    let resumed = net.now();
+    net.a.h.dev().tick();
+    assert_eq!(
+        count(&sent),
+        1,
+        "sent again as soon as the process ran after the stall"
+    );
+    net.clock.store(resumed + t - 1000, Ordering::Relaxed);
+    net.a.h.dev().tick();
+    assert_eq!(
+        count(&sent),
+        1,
+        "sent again before a full timeout of the NIC's own time"
+    );
+    net.clock.store(resumed + t + 1000, Ordering::Relaxed);
+    net.a.h.dev().tick();
+    assert_eq!(
+        count(&sent),
+        2,
+        "a timeout of the NIC's time after the stall: sent again"
+    );
+    let c1 = net.a.h.counters();
+    assert_eq!(c1.local_ack_timeouts - c0.local_ack_timeouts, 1);
+    assert_eq!(net.a.h.dev().stalls(), 1, "no other step stalled");
+}
+
 /// A receive whose buffer the responder may not write: the requester gets REM_OP, the
 /// responder a protection error on its receive and QP_LOCAL_ACCESS.
 #[test]
