@@ -129,9 +129,9 @@ pub struct Device {
     engine: Engine,
     clock: Clock,
     sink: Option<TxSink>,
-    /// Refused DMA_MAP/DMA_UNMAP/SET_IRQS requests: a client can repeat them at will.
     /// Steps that took [`STALL_US`] or more (see [`Device::step_done`]).
     stalls: u64,
+    /// Refused DMA_MAP/DMA_UNMAP/SET_IRQS requests: a client can repeat them at will.
     client_warnings: LogLimiter,
 }
 
