@@ -9,6 +9,7 @@ import contextlib
 import io
 import os
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -267,7 +268,6 @@ Correlation coefficient r^2: 0.876284 < 0.9
 
 def free_tcp_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
