@@ -220,16 +220,15 @@ cm_pair() {
 		[ "$CM_MODE" = loop ] || co=$(barrier_word "$name-$try-client" 2 "$co" $((CM_TIMEOUT * 10 + 60)))
 		if cm_server_node; then
 			# A failed client can leave the server waiting: stop a server still running.
-			[ "$co" = ok ] || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
+			perftest_side_passed "$co" || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
 			src=0
 			wait "$spid" || src=$?
 			so=$(perftest_outcome "$src" "$slog")
-			[ "$co" = ok ] || [ "$src" != 143 ] || so=stopped
+			perftest_side_passed "$co" || [ "$src" != 143 ] || so=stopped
 		fi
 		[ "$CM_MODE" = loop ] || so=$(barrier_word "$name-$try-server" 1 "$so")
-		[ "$co/$so" = ok/ok ] && break
-		if [ "$try" -lt "$PERFTEST_TRIES" ] && [ "$co" != fail ] && [ "$so" != fail ] &&
-			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
+		perftest_passed "$name" "$co" "$so" && break
+		if [ "$try" -lt "$PERFTEST_TRIES" ] && perftest_repeat "$co" "$so"; then
 			cm_client_node && retrying "$name" "perftest's TSC calibration failed" \
 				"(client: $co, server: $so: Correlation coefficient r^2 below 0.9)"
 			cm_expect_res_unchanged "$name (failed try)"
@@ -310,8 +309,8 @@ cm_tools() {
 		ib_write_bw -R -d "$dev" -p $((p + 7)) -n 100 -F "${ip6opt[@]}" "$sa"
 	cm_pair "ib_send_lat-v$fam" $((p + 8)) \
 		-s 1 '^ +2 +100 +[0-9.]+' -c 1 '^ +2 +100 +[0-9.]+' -- \
-		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F "${ip6opt[@]}" -- \
-		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F "${ip6opt[@]}" "$sa"
+		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F -C "${ip6opt[@]}" -- \
+		ib_send_lat -R -d "$dev" -p $((p + 8)) -n 100 -F -C "${ip6opt[@]}" "$sa"
 	if [ "$fam" = 4 ]; then
 		# Distinct base QPNs (-q) for the "no QPs" round: with one CA on loopback, equal fake
 		# QPNs on both ends look like a stale connection to the IB CM.

@@ -189,7 +189,7 @@ events_two_vms() {
 	before=$(rdma res show "$EVENTS_DEV")
 	ping_peer "$FERRDMA_PEER_IP" 90
 	peer_tool rc_pingpong 18515 ibv_rc_pingpong -d "$EVENTS_DEV" -g "$EVENTS_GID_INDEX" -e -n 200 -p 18515
-	peer_perftest send_lat ib_send_lat -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18516
+	peer_perftest send_lat ib_send_lat -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -C -n 200 -p 18516
 	peer_perftest send_bw ib_send_bw -d "$EVENTS_DEV" -x "$EVENTS_GID_INDEX" -e -F -n 200 -p 18517
 	after=$(rdma res show "$EVENTS_DEV")
 	note "rdma res: $after"

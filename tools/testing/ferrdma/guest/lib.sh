@@ -618,42 +618,55 @@ fabric_pci() {
 # ib_write_bw, ib_read_bw, ib_*_lat) over TCP's exchange of connection data, on one VM or
 # between two.
 #
-# perftest times itself with the TSC and first calibrates it against gettimeofday; on a loaded
-# TCG host the calibration's fit can come out below r^2 0.9 (seen when the guest's clocksource
-# watchdog moved it to the HPET mid-run; guests now boot with tsc=reliable), and the tool exits
-# with "Can't produce a report" after the traffic ran. Its peer then fails its next exchange
-# over TCP ("peer"). That is the tool's clock, not the data path: such a run is repeated
-# (PERFTEST_TRIES, each announced with `retrying`). Any other failure fails the test.
+# perftest times itself with the TSC, which it calibrates against gettimeofday, in every report
+# (each size of an -a run, on both sides) and, in the latency tools of perftest 25.01, once more
+# before each size's ping-pong (for --latency_gap, 0 unless asked). A fit fails ("Correlation
+# coefficient r^2: R < 0.9") when one of its 200 samples took a pause of a few ms between reading
+# the TSC and the clock: the guest's vCPU descheduled by the host, or another guest task run (one
+# task waking every 20 ms gave 2-7.6 ms outliers in 7 of 25 fits, r^2 down to 0.93). On a loaded
+# 2-core TCG host that is routine, and no number of tries makes it go away: CI failed
+# verbs-two-vms on 2026-12-07 with the server's calibration failing on each of three tries.
+# The bandwidth tools then give up ("Can't produce a report", status 1) unless run with -F, when
+# they print 0 for that size and go on; the latency tools print "inf" unless run with -C (report
+# in cycles, no calibration for the report). What a failed fit means depends on the caller
+# (PERFTEST_CLOCK):
+#  - "pass" (the tests): they check the data path (every size's result row, both sides' status),
+#    not perftest's figures, and run the bandwidth tools with -F and the latency tools with -C.
+#    A run that exited 0 with a failed fit passes, and says so in a note ("unclocked").
+#  - "retry" (make bench, which needs the figures): such a run is repeated, up to
+#    PERFTEST_TRIES runs, each announced with `retrying`.
+# A failed fit that stopped the tool (status 1) is repeated in both modes. Any other failure
+# fails the test.
 PERFTEST_LOGS=/tmp/perftest
 PERFTEST_TIMEOUT=300 # seconds, for each side of a run
-# Runs of a pair whose only failure was perftest's clock calibration. perftest calibrates in
-# every report, so each size of an -a run calibrates on both sides (46 fits for ib_send_lat -a);
-# each fit fails when one of its 200 samples took a pause of a few ms between reading the TSC
-# and the clock: the guest's vCPU descheduled by the host, or another guest task run (one task
-# waking every 20 ms gave 2-7.6 ms outliers in 7 of 25 fits, r^2 down to 0.93). CI failed
-# verbs-two-vms on 2026-12-07 with the server's calibration failing on both of two tries, so
-# the tests allow three; make bench, whose long runs fail it more often, four (bench.sh).
+# Runs of a pair whose only failure was perftest's clock calibration (above); make bench, whose
+# long runs fail it more often, allows four (bench.sh).
 PERFTEST_TRIES=3
+PERFTEST_CLOCK=pass
 # What a failed pair does: "fatal" (tests: the test fails) or "skip" (make bench: it returns
 # 1, the failure shown, and the bench goes on without that figure).
 PERFTEST_FAILS=fatal
 PERFTEST_SERVER_LOG=
 PERFTEST_CLIENT_LOG=
 
-# perftest_clock_failed LOG: whether the perftest run that wrote LOG failed its TSC
-# calibration ("Correlation coefficient r^2: R < 0.9"). The bandwidth tools then give up ("Can't
-# produce a report", status 1); the latency tools exit 0 with "inf" in every column (seen on
-# 2026-12-03 in ib_send_lat -s 2): either way the run measured nothing.
+# perftest_clock_failed LOG: whether the perftest run that wrote LOG failed a TSC calibration
+# ("Correlation coefficient r^2: R < 0.9"; seen 2026-12-03 as "inf" in every column of
+# ib_send_lat -s 2, which exited 0).
 perftest_clock_failed() {
 	grep -qE 'Correlation coefficient r\^2: [0-9.e+-]+ < 0\.9' "$1"
 }
 
-# perftest_outcome STATUS LOG: "clock" (perftest_clock_failed, whatever the status), "ok"
-# (status 0), "peer" (this side failed only because its peer quit: the exchange over TCP between
-# two sizes or at the end found the socket closed) or "fail".
+# perftest_outcome STATUS LOG: "ok" (status 0), "unclocked" (status 0 after a failed
+# calibration, with PERFTEST_CLOCK=pass), "clock" (a failed calibration, any other status or
+# mode), "peer" (this side failed only because its peer quit: the exchange over TCP between two
+# sizes or at the end found the socket closed) or "fail".
 perftest_outcome() {
 	if perftest_clock_failed "$2"; then
-		echo clock
+		if [ "$1" = 0 ] && [ "$PERFTEST_CLOCK" = pass ]; then
+			echo unclocked
+		else
+			echo clock
+		fi
 	elif [ "$1" = 0 ]; then
 		echo ok
 	elif grep -q 'Failed to exchange data between server and clients' "$2"; then
@@ -661,6 +674,26 @@ perftest_outcome() {
 	else
 		echo fail
 	fi
+}
+
+# perftest_side_passed OUTCOME: whether one side of a pair passed ("ok" or "unclocked").
+perftest_side_passed() {
+	[ "$1" = ok ] || [ "$1" = unclocked ]
+}
+
+# perftest_passed NAME CO SO: whether a pair whose sides came out CO and SO (perftest_outcome)
+# passed: both "ok", or "unclocked" with a note that names the side.
+perftest_passed() {
+	perftest_side_passed "$2" && perftest_side_passed "$3" || return 1
+	[ "$2/$3" = ok/ok ] || note "$1: perftest's TSC calibration failed (client: $2, server: $3)," \
+		"the run passed: figures not measured"
+}
+
+# perftest_repeat CO SO: whether a pair that did not pass is run again: a side's calibration
+# stopped it ("clock") and the other side passed, was stopped, or failed only because that
+# side quit ("peer").
+perftest_repeat() {
+	[ "$1" != fail ] && [ "$2" != fail ] && { [ "$1" = clock ] || [ "$2" = clock ]; }
 }
 
 # perftest_pair NAME SNODE ADDR TOOL ARGS...: one perftest run: "TOOL ARGS..." serves on node
@@ -704,19 +737,16 @@ perftest_pair() {
 			co=$(barrier_word "$name-$try-client" $((3 - snode)) "$co" $((PERFTEST_TIMEOUT + 60)))
 		if [ "$serve" = 1 ]; then
 			# A failed client can leave the server waiting for it: stop a server still running.
-			[ "$co" = ok ] || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
+			perftest_side_passed "$co" || ! kill -0 "$spid" 2>/dev/null || kill "$spid" 2>/dev/null || true
 			rc=0
 			wait "$spid" || rc=$?
 			so=$(perftest_outcome "$rc" "$PERFTEST_SERVER_LOG")
 			# The server we stopped after the client failed: its status says nothing.
-			[ "$co" = ok ] || [ "$rc" != 143 ] || so=stopped
+			perftest_side_passed "$co" || [ "$rc" != 143 ] || so=stopped
 		fi
 		[ "$FERRDMA_NVMS" = 1 ] || so=$(barrier_word "$name-$try-server" "$snode" "$so")
-		[ "$co/$so" = ok/ok ] && return 0
-		# Repeated (PERFTEST_TRIES): a run where a side's clock calibration failed and the
-		# other side passed, was stopped, or failed only because that side quit ("peer").
-		if [ "$try" -lt "$PERFTEST_TRIES" ] && [ "$co" != fail ] && [ "$so" != fail ] &&
-			{ [ "$co" = clock ] || [ "$so" = clock ]; }; then
+		perftest_passed "$name" "$co" "$so" && return 0
+		if [ "$try" -lt "$PERFTEST_TRIES" ] && perftest_repeat "$co" "$so"; then
 			# Announced once, by the node that runs the client.
 			[ "$connect" = 0 ] || retrying "$name" "perftest's TSC calibration failed" \
 				"(client: $co, server: $so: Correlation coefficient r^2 below 0.9)"

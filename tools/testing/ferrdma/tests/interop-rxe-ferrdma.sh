@@ -32,8 +32,8 @@
 # the fabric's capture (check-pcap=yes): RoCEv2 frames both ways, and every one passes
 # ferrdma-nic's parser and ICRC check.
 #
-# perftest runs by lib.sh's perftest_pair (a run that failed only on perftest's TSC
-# calibration is repeated), with a QP timeout of 2^18 x 4.096 us (-u 18, about 1 s a try): rxe under
+# perftest runs by lib.sh's perftest_pair (with -F: a failed TSC calibration costs figures,
+# not the run), with a QP timeout of 2^18 x 4.096 us (-u 18, about 1 s a try): rxe under
 # TCG can take more than the default 2^14's half second in all (7 retries of 67 ms) to
 # acknowledge a window of 128 packets from ferrdma, and every retransmitted window makes it
 # slower still (seen as RETRY_EXC in ib_send_bw -s 9000 with node 2 serving; the capture
