@@ -474,6 +474,10 @@ class Config:
     # Give the script its own, shorter time limit in the guest, so that a hung script still
     # leaves a status, output and dmesg behind. Only the harness's self-test turns it off.
     guest_timeout: bool = True
+    # That limit when it is not the one guest_script_timeout derives from `timeout`: only the
+    # harness's self-test of the hang report sets it (20 s under a 120 s run), so that a slow
+    # boot cannot reach the run's limit before the script reaches its own.
+    script_limit: int | None = None
     # Seconds a VM may run on after another VM's script failed (status not 0) before the
     # harness stops it: a peer left alone waits at its next barrier until that barrier's own
     # limit (up to PERFTEST_TIMEOUT + 60 s), doing nothing. The grace lets a peer that failed
@@ -1270,7 +1274,8 @@ def run(cfg: Config) -> RunResult:
 
     logdir = os.path.abspath(cfg.logdir) if cfg.logdir else new_run_dir()
     _prepare_logdir(logdir, cfg.vms)
-    script_timeout = guest_script_timeout(cfg.timeout) if cfg.guest_timeout else 0
+    script_timeout = ((cfg.script_limit or guest_script_timeout(cfg.timeout))
+                      if cfg.guest_timeout else 0)
     kverbs_dir = kverbs_module_dir(kernel_build_dir(cfg.kernel))
     progs = progs_dir()
     for node in range(1, cfg.vms + 1):
