@@ -17,7 +17,9 @@
 //!   in the link models' queues reach xoff, the switch sends PORT a PFC frame that pauses
 //!   those priorities, and resumes them at xon. Only a NIC port obeys (`nic:N`); a VM's
 //!   virtio-net ignores PFC frames, as a NIC without PFC does.
-//! * `stats`: one line per switch port with its counters, then the switch's counters.
+//! * `stats`: one line per switch port with its counters (a NIC port's also says how the bursts
+//!   to it went: `direct_bursts` on the sending thread, `queued_bursts` through its engine
+//!   thread's queue), then the switch's counters.
 //! * `cc nic:N [SPEC]`: NIC N's congestion control (`rdma/congestion.rs`), changed by SPEC
 //!   (`ecn=on,dcqcn=on,rpg_ai_rate=40,...`; refused whole if any part is bad), then shown as
 //!   one line of every setting. Without SPEC, also what the NIC did: a line of its ECN, CNP

@@ -827,6 +827,13 @@ impl SwitchState {
                 fc.delayed,
                 fc.ce_marked
             ));
+            if let Some(q) = self.engine_queues.get(&p) {
+                let c = q.counters();
+                lines.push(format!(
+                    "port {p} {name} engine direct_bursts={} queued_bursts={}",
+                    c.direct, c.queued
+                ));
+            }
             if let Some(e) = self.shapers.get(&p) {
                 let c = e.counters();
                 lines.push(format!(

@@ -20,7 +20,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -61,6 +61,21 @@ struct Shared {
     ready: Condvar,
     capacity: usize,
     senders: AtomicUsize,
+    /// Bursts delivered on the sending thread.
+    direct: AtomicU64,
+    /// Bursts queued for the engine thread (see [`QueueCounters`]).
+    queued: AtomicU64,
+}
+
+/// How the bursts [`FrameSender::deliver`] was given went: on the sender's thread, or
+/// queued for the engine thread (the fabric's `stats`). A queued burst need not cross
+/// threads: what a NIC emits while a burst is delivered directly is queued, and the thread
+/// that delivered takes it up when it next runs that NIC's engine (the ACKs of a stream
+/// whose sender is that thread's own NIC).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    pub direct: u64,
+    pub queued: u64,
 }
 
 impl Shared {
@@ -93,6 +108,8 @@ pub fn frame_queue(capacity: usize) -> (FrameSender, FrameReceiver) {
         ready: Condvar::new(),
         capacity,
         senders: AtomicUsize::new(1),
+        direct: AtomicU64::new(0),
+        queued: AtomicU64::new(0),
     });
     (FrameSender(Arc::clone(&shared)), FrameReceiver(shared))
 }
@@ -118,6 +135,7 @@ impl FrameSender {
     /// as [`FrameSender::push`] does; returns how many were delivered or queued.
     pub fn deliver(&self, frames: Vec<RxFrame>) -> usize {
         let Some(nic) = self.begin_direct() else {
+            self.0.queued.fetch_add(1, Ordering::Relaxed);
             return self.push(frames);
         };
         DELIVERING.with(|d| d.set(true));
@@ -126,12 +144,24 @@ impl FrameSender {
         self.end_direct(done.flatten());
         match done {
             Some(_) => {
+                self.0.direct.fetch_add(1, Ordering::Relaxed);
                 let n = frames.len();
                 // Their buffers serve this thread's NIC for its next frames.
                 crate::wire::frame_pool::recycle(frames.into_iter().map(RxFrame::into_bytes));
                 n
             }
-            None => self.push(frames),
+            None => {
+                self.0.queued.fetch_add(1, Ordering::Relaxed);
+                self.push(frames)
+            }
+        }
+    }
+
+    /// How the bursts [`FrameSender::deliver`] was given went, since the queue was made.
+    pub fn counters(&self) -> QueueCounters {
+        QueueCounters {
+            direct: self.0.direct.load(Ordering::Relaxed),
+            queued: self.0.queued.load(Ordering::Relaxed),
         }
     }
 
@@ -374,6 +404,14 @@ mod tests {
         assert_eq!(rx.recv(8, Duration::ZERO), Received::Timeout);
         tx.deliver(fr(&[6]));
         assert_eq!(nic.bursts(), vec![vec![vec![6]]]);
+        // The fabric's stats: bursts 2 to 5 were queued, 6 was not (a push is no burst).
+        assert_eq!(
+            tx.counters(),
+            QueueCounters {
+                direct: 1,
+                queued: 4
+            }
+        );
     }
 
     #[test]
