@@ -29,6 +29,11 @@ LAT_TOOLS = ("ib_send_lat", "ib_write_lat", "ib_read_lat")
 SCOPES = ("loopback", "two-vms")
 # The sizes of the sweep that the table shows (the CSV and the plot have all of them).
 TABLE_SIZES = (2, 4096, 65536, 1 << 20, 8 << 20)
+# The targets' sizes again, each a run of its own for bench.sh's SUSTAINED_SECS (-D): a point of
+# the sweep moves 1000 messages, 64 MiB at 64 KiB, ~30 ms that one pause of the host's swings
+# (session 33: 1335, 1367 and 2397 MiB/s in one boot). The targets are judged on these.
+SUSTAINED = "ib_write_bw_sustained"
+SUSTAINED_SIZES = (65536, 1 << 20)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +128,9 @@ def table(figs: dict[Key, Figure]) -> list[str]:
         for tool in BW_TOOLS:
             for size in TABLE_SIZES:
                 line(scope, f"{tool} {size_text(size)} MiB/s", tool, size, "MiBps", True)
+        for size in SUSTAINED_SIZES:
+            line(scope, f"ib_write_bw {size_text(size)} sustained MiB/s", SUSTAINED, size,
+                 "MiBps", True)
         line(scope, "ib_write_bw 8 QPs 64 B Mpps", "ib_write_bw_8qp", 64, "Mpps")
         for tool in LAT_TOOLS:
             line(scope, f"{tool} 2 B median us", tool, 2, "median_us")
@@ -150,10 +158,14 @@ def targets(figs: dict[Key, Figure]) -> list[str]:
     def get(dev, tool, size, metric):
         return figs.get(Key("two-vms", dev, tool, size, metric))
 
+    def bw(dev, size):
+        # The sustained run where the bench made one (a make bench before session 34 did not).
+        return get(dev, SUSTAINED, size, "MiBps") or get(dev, "ib_write_bw", size, "MiBps")
+
     memcpy = figs.get(Key("host", "host", "memcpy", 256 << 20, "MiBps"))
-    w64 = get("ferrdma", "ib_write_bw", 65536, "MiBps")
-    w1m = get("ferrdma", "ib_write_bw", 1 << 20, "MiBps")
-    r64 = get("rxe", "ib_write_bw", 65536, "MiBps")
+    w64 = bw("ferrdma", 65536)
+    w1m = bw("ferrdma", 1 << 20)
+    r64 = bw("rxe", 65536)
     lat = get("ferrdma", "ib_send_lat", 2, "median_us")
     rlat = get("rxe", "ib_send_lat", 2, "median_us")
     out = []

@@ -22,7 +22,8 @@ else
 	want=("two-vms   ib_read_bw 64 KiB MiB/s" "two-vms   ib_write_bw 8 QPs 64 B Mpps"
 		"two-vms   ib_send_lat 2 B median us" "two-vms   ib_send_lat 2 B p99 us")
 	# The smoke runs these on ferrdma only (bench.sh: smoke_round).
-	ferrdma_only=("two-vms   cmtime 10 conns/s" "two-vms   NVMe-oF 4 KiB randread IOPS"
+	ferrdma_only=("two-vms   ib_write_bw 64 KiB sustained MiB/s" "two-vms   cmtime 10 conns/s"
+		"two-vms   NVMe-oF 4 KiB randread IOPS"
 		"two-vms   NVMe-oF 1 MiB read MiB/s")
 fi
 for w in "${want[@]}" "${ferrdma_only[@]}"; do
