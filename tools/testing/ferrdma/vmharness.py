@@ -285,20 +285,6 @@ class SplitNet:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
-# The pids of the Children each thread started, so that a run can name its own processes
-# while other runs go on beside it (run-tests' harness:* checks: "no process left").
-_started = threading.local()
-
-
-def started_pids() -> list[int]:
-    """The pids of the processes this thread started since started_pids_reset()."""
-    return list(getattr(_started, "pids", []))
-
-
-def started_pids_reset() -> None:
-    _started.pids = []
-
-
 class Child:
     """A process the harness started, in its own process group, with output to a log file."""
 
@@ -318,9 +304,6 @@ class Child:
                 _DIE_WITH_HARNESS + argv, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True, close_fds=True)
         self.pid = self.popen.pid
-        if not hasattr(_started, "pids"):
-            _started.pids = []
-        _started.pids.append(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -552,7 +535,6 @@ class RunResult:
     vms: list[VmResult]
     wall_seconds: float
     problems: list[str] = dataclasses.field(default_factory=list)  # harness-level failures
-    pids: list[int] = dataclasses.field(default_factory=list)  # every process it started
 
     @property
     def ok(self) -> bool:
@@ -1247,7 +1229,6 @@ def run(cfg: Config) -> RunResult:
     files); later trouble is reported in the result. Re-raises KeyboardInterrupt after
     stopping everything."""
     progress = cfg.on_progress or (lambda _msg: None)
-    started_pids_reset()
     if cfg.vms not in (1, 2):
         raise HarnessError(f"--vms {cfg.vms}: only 1 or 2 VMs are supported")
     if cfg.rxe_lan and not cfg.fabric:
@@ -1537,7 +1518,7 @@ def run(cfg: Config) -> RunResult:
             _collect_sequence(vm, logdir, cfg)
         else:
             _collect(vm, logdir, cfg, script_timeout)
-    return RunResult(logdir, results, wall, run_problems, started_pids())
+    return RunResult(logdir, results, wall, run_problems)
 
 
 def _last_line(path: str) -> str:
